@@ -1,0 +1,35 @@
+# scalerl: set-up and the two entry points (`make demo`, `make test`).
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: install demo test lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip setuptools wheel
+	$(BIN)/pip install -q -e ".[cpu,dev]"
+	# PyPI's torchvision/torchaudio/torchcodec break beside torch 2.13 CPU (design.md).
+	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/scalerl demo
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+
+bench: install
+	$(BIN)/scalerl bench verify
+	$(BIN)/scalerl bench sandbox
+
+clean:
+	rm -rf $(VENV) build *.egg-info

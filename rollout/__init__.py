@@ -1,0 +1,1 @@
+"""Rollout: the vLLM Generator, length budgets with forced interruption, streaming scoring."""

@@ -1,0 +1,1 @@
+"""Sandbox: run untrusted programs under bubblewrap, docker or (loudly) bare rlimits."""

@@ -1,0 +1,1 @@
+"""One module per `scalerl` subcommand: `HELP`, `configure(parser)`, `run(args) -> int`."""

@@ -1,0 +1,1 @@
+"""Trainer: the ScaleRL losses, advantages, filters and the Accelerate off-policy loop."""
