@@ -25,7 +25,7 @@ class Sample:
     """One prompt of one task, with the gold data its verifier needs. Immutable, JSON-able."""
 
     id: str
-    """Stable id, unique within the task (a hash of the normalised prompt unless the data has one)."""
+    """Stable id, unique within the task (hash of the normalised prompt unless the data has one)."""
     task: str
     """Registered name of the task the sample belongs to."""
     prompt: str | tuple[Message, ...]
