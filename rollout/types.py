@@ -1,0 +1,112 @@
+"""The rollout contract: `Budget` in, `Rollout` out. Shapes only; no engine, no scoring.
+
+A `Rollout` is one completion of one sample with everything the trainer needs: token ids, the
+sampling logprob of every sampled token (None for forced interruption tokens, which are excluded
+from the loss), the policy version of every token, the finish reason and the verifier's Score.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from scalerl.envs.base import Score
+
+FinishReason = Literal["stop", "interrupted", "truncated"]
+FINISH_REASONS: tuple[str, ...] = ("stop", "interrupted", "truncated")
+INTERRUPTION_PHRASE = (
+    "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
+)
+"""ScaleRL's forced-interruption phrase (paper v1 §4)."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Length budgets of one rollout, in tokens."""
+
+    thinking: int | tuple[int, int] | None = None
+    """Thinking budget: a fixed number, an inclusive (low, high) range sampled per rollout, or
+    None for models with no thinking format (the answer budget alone applies)."""
+    answer: int = 2048
+    """Tokens allowed after `</think>` (natural or forced)."""
+    total: int | None = None
+    """Hard cap on generated tokens (forced ones included); default thinking max + answer."""
+    phrase: str = INTERRUPTION_PHRASE
+    """Text injected when thinking reaches its budget without `</think>`."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.thinking, tuple):
+            low, high = self.thinking
+            if not 0 < low <= high:
+                raise ValueError(f"Budget.thinking range must be 0 < low <= high, got {low}:{high}")
+        elif self.thinking is not None and self.thinking <= 0:
+            raise ValueError(f"Budget.thinking must be > 0, got {self.thinking}")
+        if self.answer <= 0:
+            raise ValueError(f"Budget.answer must be > 0, got {self.answer}")
+
+    @property
+    def max_thinking(self) -> int:
+        if self.thinking is None:
+            return 0
+        return self.thinking[1] if isinstance(self.thinking, tuple) else self.thinking
+
+    @property
+    def hard_cap(self) -> int:
+        return self.total if self.total is not None else self.max_thinking + self.answer
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One completion of one sample, as generated and scored."""
+
+    sample_id: str
+    task: str
+    prompt_token_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]
+    """Completion tokens, forced interruption tokens included."""
+    logprobs: tuple[float | None, ...]
+    """Sampling logprob of each completion token (after temperature, no top-p/top-k
+    renormalisation); None for forced tokens."""
+    versions: tuple[int, ...]
+    """Policy version that produced each completion token (forced tokens: the version at
+    injection)."""
+    finish_reason: FinishReason
+    thinking_tokens: int
+    answer_tokens: int
+    completion: str
+    score: Score
+    group: int = 0
+    """Index of this rollout among the n rollouts of its sample."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """gen_s (generation wall time), score_s (verifier latency), queue_s, ..."""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def forced_mask(self) -> tuple[bool, ...]:
+        return tuple(lp is None for lp in self.logprobs)
+
+    @property
+    def min_version(self) -> int:
+        return min(self.versions) if self.versions else -1
+
+    @property
+    def max_version(self) -> int:
+        return max(self.versions) if self.versions else -1
+
+    @property
+    def reward(self) -> float:
+        return self.score.reward
+
+    def to_row(self) -> dict[str, Any]:
+        """The JSONL row written by `scalerl generate` and read by `scalerl eval --rollouts`."""
+        return {
+            "sample_id": self.sample_id, "task": self.task, "group": self.group,
+            "completion": self.completion, "prompt_token_ids": list(self.prompt_token_ids),
+            "token_ids": list(self.token_ids), "logprobs": list(self.logprobs),
+            "policy_version": [self.min_version, self.max_version],
+            "versions": list(self.versions), "finish_reason": self.finish_reason,
+            "thinking_tokens": self.thinking_tokens, "answer_tokens": self.answer_tokens,
+            "status": self.score.status, "reward": self.score.reward,
+            "detail": self.score.detail, "score_latency_s": self.score.latency_s,
+            "timings": self.timings,
+        }
