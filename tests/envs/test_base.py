@@ -1,0 +1,34 @@
+"""The contracts: Sample round-trips through JSON, Score rejects unknown statuses."""
+
+import json
+
+import pytest
+
+from scalerl.envs.base import Sample, Score, reward_for, truncate
+
+
+def test_sample_round_trips_through_json_with_chat_prompt():
+    s = Sample(id="a1", task="t", prompt=({"role": "user", "content": "1+1="},), answer="2",
+               meta={"level": 1})
+    back = Sample.from_dict(json.loads(json.dumps(s.to_dict())))
+    assert back == s
+
+
+def test_sample_messages_prepend_system_prompt_once():
+    s = Sample(id="a", task="t", prompt="2+2=")
+    msgs = s.messages("Answer in \\boxed{}.")
+    assert msgs == [{"role": "system", "content": "Answer in \\boxed{}."},
+                    {"role": "user", "content": "2+2="}]
+
+
+def test_score_rejects_unknown_status():
+    with pytest.raises(ValueError, match="not one of"):
+        Score(status="passed", reward=1.0)
+
+
+def test_reward_mapping_is_plus_minus_one_by_default():
+    assert [reward_for(s) for s in ("correct", "wrong", "timeout", "error")] == [1, -1, -1, -1]
+
+
+def test_truncate_says_how_much_was_dropped():
+    assert truncate("x" * 310, 300).endswith("[+10 chars]")
