@@ -1,0 +1,304 @@
+"""The math verifier: math-verify extraction and comparison, run in a deadline-enforcing pool.
+
+`score_math` strips the thinking part, caps the answer's length, and checks it against the gold
+answer in a worker process (envs/pool.py) that is killed if it passes its deadline. Gold answers
+are parsed once per worker and cached; exact rationals are compared exactly before math-verify's
+float tolerance can call 1/2^98 equal to 1/2^99. It never raises: failures are `error`/`timeout`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+from scalerl.envs.base import Score, reward_for, truncate
+from scalerl.envs.pool import Outcome, Pool
+from scalerl.envs.registry import Kind, register_kind
+
+MATH_SYSTEM_PROMPT = (
+    "Solve the problem. Reason step by step, then give the final answer in \\boxed{}, "
+    "for example \\boxed{\\frac{3}{4}}."
+)
+MAX_ANSWER_CHARS = 8000
+"""The answer part (after thinking is stripped) is cut to its last this-many characters."""
+MAX_GOLD_CHARS = 8000
+"""A gold answer is cut to its last this-many characters."""
+MAX_EXACT_BITS = 100_000
+"""Exact-rational pre-check gives up (falls back to math-verify) on numbers larger than this."""
+WORKERS_ENV = "SCALERL_VERIFY_WORKERS"
+
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+_DELIMITERS = ("$", "\\(", "\\[", "\\boxed", "\\fbox")
+_LATEX_HINT = re.compile(r"[\\^_{}]")
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BOXED_JOIN = re.compile(r"^[\s$]*(?:,?\s*and|,?\s*or|,)?[\s$]*$")
+
+
+# --- the parent side: cheap text handling, then a deadline-enforced check in the pool ----------
+def strip_thinking(completion: str, requires_thinking: bool) -> str | None:
+    """The answer part: everything after the last `</think>`.
+
+    None (no answer) when `requires_thinking` and there is no `</think>`, or when a `<think>` was
+    opened and never closed (the completion stopped inside its thinking).
+    """
+    end = completion.rfind(_THINK_CLOSE)
+    if end >= 0:
+        return completion[end + len(_THINK_CLOSE):]
+    if requires_thinking or _THINK_OPEN in completion:
+        return None
+    return completion
+
+
+def score_math(
+    completion: str,
+    gold: str,
+    *,
+    requires_thinking: bool = False,
+    boxed_only: bool = False,
+    timeout_s: float = 5.0,
+    correct_reward: float = 1.0,
+    wrong_reward: float = -1.0,
+    pool: Pool | None = None,
+) -> Score:
+    """Verdict on one completion against a gold answer (raw LaTeX or text). Never raises."""
+    return score_math_many(
+        [(completion, gold)], requires_thinking=requires_thinking, boxed_only=boxed_only,
+        timeout_s=timeout_s, correct_reward=correct_reward, wrong_reward=wrong_reward, pool=pool,
+    )[0]
+
+
+def score_math_many(
+    items: Sequence[tuple[str, str]],
+    *,
+    requires_thinking: bool = False,
+    boxed_only: bool = False,
+    timeout_s: float = 5.0,
+    correct_reward: float = 1.0,
+    wrong_reward: float = -1.0,
+    pool: Pool | None = None,
+) -> list[Score]:
+    """Verdicts on (completion, gold) pairs, checked concurrently in the pool, in input order."""
+    t0 = time.monotonic()
+    scores: list[Score | None] = [None] * len(items)
+    jobs: list[tuple[int, tuple[str, str, bool]]] = []
+    for i, (completion, gold) in enumerate(items):
+        early, job = _prepare(completion, gold, requires_thinking, boxed_only)
+        if early is not None:
+            status, detail = early
+            scores[i] = Score(status, reward_for(status, correct_reward, wrong_reward), detail,
+                              time.monotonic() - t0)
+        else:
+            jobs.append((i, job))
+    if jobs:
+        outcomes = _run_checks(pool, [job for _, job in jobs], timeout_s)
+        for (i, _), outcome in zip(jobs, outcomes, strict=True):
+            status, detail = _status_of(outcome)
+            scores[i] = Score(status, reward_for(status, correct_reward, wrong_reward), detail,
+                              outcome.latency_s)
+    return scores  # type: ignore[return-value]
+
+
+def _prepare(completion: Any, gold: Any, requires_thinking: bool, boxed_only: bool):
+    """((status, detail), None) when decided without math-verify, else (None, job)."""
+    if not isinstance(completion, str) or not isinstance(gold, str):
+        return ("error", f"completion and gold must be strings, got "
+                f"{type(completion).__name__} and {type(gold).__name__}"), None
+    if not gold.strip():
+        return ("error", "gold answer is empty"), None
+    answer = strip_thinking(completion, requires_thinking)
+    if answer is None:
+        why = "no </think>" if _THINK_OPEN not in completion else "<think> never closed"
+        return ("no_answer", f"{why}: the completion has no answer part"), None
+    if boxed_only and not _BOXED.search(answer):
+        return ("no_answer", "no \\boxed{} answer (boxed-only)"), None
+    if len(answer) > MAX_ANSWER_CHARS:
+        answer = answer[-MAX_ANSWER_CHARS:]
+    return None, (answer, gold[-MAX_GOLD_CHARS:], boxed_only)
+
+
+def _status_of(outcome: Outcome) -> tuple[str, str]:
+    if outcome.status == "ok":
+        status, detail = outcome.value
+        return status, detail
+    if outcome.status == "timeout":
+        return "timeout", f"math check: {outcome.detail}"
+    return "error", f"math check failed: {truncate(outcome.detail)}"
+
+
+def _run_checks(pool: Pool | None, jobs: list[tuple], timeout_s: float) -> list[Outcome]:
+    try:
+        return (pool or get_pool()).run_many(check_answer, jobs, timeout_s)
+    except Exception as exc:  # noqa: BLE001 - the pool itself failed: every item is an error
+        detail = f"verifier pool failed: {type(exc).__name__}: {truncate(str(exc))}"
+        return [Outcome("error", detail=detail) for _ in jobs]
+
+
+# --- the shared default pool -------------------------------------------------------------------
+_POOL: Pool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _worker_init() -> None:
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    logging.getLogger("latex2sympy2_extended").setLevel(logging.ERROR)
+
+
+def get_pool() -> Pool:
+    """The process-wide verifier pool (size: $SCALERL_VERIFY_WORKERS or min(4, cpus))."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            size = int(os.environ.get(WORKERS_ENV, "0")) or None
+            _POOL = make_pool(size)
+        return _POOL
+
+
+def configure_pool(workers: int | None) -> Pool:
+    """Replace the default pool with one of `workers` processes (None: the default size)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is not None:
+            _POOL.shutdown()
+        _POOL = make_pool(workers)
+        return _POOL
+
+
+def make_pool(size: int | None = None) -> Pool:
+    """A pool whose workers have math-verify imported (forkserver preload) and quiet logs."""
+    return Pool(size, initializer=_worker_init, preload=["scalerl.envs.math"])
+
+
+# --- the worker side: runs inside a pool process -----------------------------------------------
+def check_answer(answer: str, gold: str, boxed_only: bool) -> tuple[str, str]:
+    """(status, detail) for one answer text against one gold answer. Runs in a pool worker."""
+    from math_verify import verify
+
+    gold_parsed = parse_gold(gold)
+    if not gold_parsed:
+        return "error", f"gold answer is unparseable by math-verify: {truncate(gold, 120)}"
+    pred = parse_answer(answer, boxed_only)
+    if not pred:
+        return "no_answer", "no answer extracted" + (" from \\boxed{}" if boxed_only else "")
+    shown = f"answer {truncate(str(pred[-1]), 120)} vs gold {truncate(str(gold_parsed[-1]), 120)}"
+    exact = exact_equal(gold_parsed[0], pred[0])
+    if exact is not None:
+        return ("correct" if exact else "wrong"), f"{shown} (exact rational)"
+    ok = verify(list(gold_parsed), pred, timeout_seconds=None)
+    return ("correct" if ok else "wrong"), shown
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_gold(gold: str) -> tuple:
+    """Gold parsed once per worker. Raw LaTeX (no math delimiters) is wrapped in $...$."""
+    from math_verify import parse
+
+    text = gold.strip()
+    if not any(d in text for d in _DELIMITERS) and _LATEX_HINT.search(text):
+        text = f"${text}$"
+    parsed = parse(text, parsing_timeout=None)
+    if not parsed and not text.startswith("$"):
+        parsed = parse(f"${text}$", parsing_timeout=None)
+    return tuple(parsed)
+
+
+def parse_answer(answer: str, boxed_only: bool) -> list:
+    """math-verify's extraction: boxed first (adjacent boxed answers read together), then its
+    LaTeX and plain-expression fall-backs; with `boxed_only`, only the last run of boxed."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    if boxed_only:
+        span = last_boxed_run(answer)
+        if span is None:
+            return []
+        config = [LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False)]
+        return parse(span, extraction_config=config, parsing_timeout=None)
+    config = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    return parse(answer, extraction_config=config, parsing_timeout=None)
+
+
+def last_boxed_run(text: str) -> str | None:
+    """The text of the last `\\boxed{..}` together with the boxed answers just before it that
+    are joined to it by commas, 'and' or 'or' (as math-verify reads them), or None."""
+    spans: list[tuple[int, int]] = []
+    for m in _BOXED.finditer(text):
+        end = _match_brace(text, m.end() - 1)
+        if end is not None and (not spans or m.start() >= spans[-1][1]):
+            spans.append((m.start(), end))
+    if not spans:
+        return None
+    first = len(spans) - 1
+    while first > 0 and _BOXED_JOIN.match(text[spans[first - 1][1]:spans[first][0]]):
+        first -= 1
+    return text[spans[first][0]:spans[-1][1]]
+
+
+def _match_brace(text: str, open_at: int) -> int | None:
+    depth = 0
+    for j in range(open_at, len(text)):
+        c = text[j]
+        if c == "{" and text[j - 1] != "\\":
+            depth += 1
+        elif c == "}" and text[j - 1] != "\\":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return None
+
+
+# --- exact-rational pre-check --------------------------------------------------------------------
+def exact_equal(gold: Any, pred: Any) -> bool | None:
+    """True/False when both sides are exact rationals (integers, fractions, integer powers of
+    them, sums and products); None when either is not, so math-verify decides."""
+    a, b = exact_value(gold), exact_value(pred)
+    if a is None or b is None:
+        return None
+    return a == b
+
+
+def exact_value(expr: Any) -> Fraction | None:
+    """The exact value of a sympy expression built only from rationals with +, * and integer
+    powers; None for anything else (floats, symbols, roots, percentages) or a huge number."""
+    import sympy
+
+    if isinstance(expr, sympy.Rational):  # Integer is a Rational
+        return Fraction(int(expr.p), int(expr.q))
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        parts = [exact_value(arg) for arg in expr.args]
+        if any(p is None for p in parts):
+            return None
+        total = Fraction(0) if isinstance(expr, sympy.Add) else Fraction(1)
+        for p in parts:
+            total = total + p if isinstance(expr, sympy.Add) else total * p
+        return total
+    if isinstance(expr, sympy.Pow):
+        return _exact_pow(exact_value(expr.base), exact_value(expr.exp))
+    return None
+
+
+def _exact_pow(base: Fraction | None, exp: Fraction | None) -> Fraction | None:
+    if base is None or exp is None or exp.denominator != 1:
+        return None
+    n = exp.numerator
+    bits = max(base.numerator.bit_length(), base.denominator.bit_length(), 1)
+    if abs(n) * bits > MAX_EXACT_BITS or (base == 0 and n < 0):
+        return None
+    return base**n
+
+
+register_kind(
+    Kind(
+        name="math",
+        score=lambda sample, completion, options: score_math(
+            completion, sample.answer, **options
+        ),
+        gold_field="answer",
+        system_prompt=MATH_SYSTEM_PROMPT,
+    )
+)

@@ -1,0 +1,321 @@
+"""A process pool whose per-call deadlines are enforced from outside the worker.
+
+Each worker is a daemon process with its own pipe; the caller's thread waits on the pipes and, when
+a call passes its deadline, SIGKILLs that worker and starts a replacement, so a stuck sympy call
+costs one timeout, never a hung run. A worker that dies mid-call yields an `error` outcome. The
+pool is thread-safe, starts workers lazily and reuses them. It knows nothing about math.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any, Literal
+
+from scalerl.envs.base import truncate
+
+START_TIMEOUT_S = 120.0
+"""How long a new worker may take to import its modules and say it is ready."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one call: `ok` with its value, or `timeout`/`error` with why."""
+
+    status: Literal["ok", "timeout", "error"]
+    value: Any = None
+    detail: str = ""
+    latency_s: float = 0.0
+
+
+def default_size() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when its parent (the forkserver or the caller) dies."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _worker_main(conn, initializer: Callable[[], None] | None, memory_bytes: int | None) -> None:
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
+    if memory_bytes:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    if initializer is not None:
+        initializer()
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        fn, args = msg
+        try:
+            out = ("ok", fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller as an error outcome
+            out = ("error", f"{type(exc).__name__}: {truncate(str(exc), 300)}")
+        try:
+            conn.send(out)
+        except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
+            conn.send(("error", f"result could not be sent back: {type(exc).__name__}: {exc}"))
+
+
+class _Worker:
+    def __init__(self, ctx, initializer, memory_bytes: int | None) -> None:
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(
+            target=_worker_main, args=(child, initializer, memory_bytes), daemon=True,
+            name="scalerl-pool-worker",
+        )
+        self.proc.start()
+        child.close()
+
+    def wait_ready(self, timeout_s: float) -> None:
+        if not self.conn.poll(timeout_s):
+            self.kill()
+            raise RuntimeError(f"pool worker did not start within {timeout_s:.0f}s")
+        try:
+            self.conn.recv()
+        except (EOFError, OSError) as exc:
+            raise RuntimeError(f"pool worker died while starting ({self.exit_reason()})") from exc
+
+    def exit_reason(self) -> str:
+        self.proc.join(1.0)
+        code = self.proc.exitcode
+        if code is None:
+            return "still running"
+        if code < 0:
+            return f"killed by signal {signal.Signals(-code).name}"
+        return f"exit code {code}"
+
+    def kill(self) -> None:
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+        self.proc.join(5.0)
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+
+class Pool:
+    """Worker processes that run `fn(*args)` under a hard wall-clock deadline per call.
+
+    `fn` must be importable by reference (a module-level function). `initializer` runs once per
+    worker; `preload` names modules the forkserver imports once so new workers start warm.
+    """
+
+    def __init__(
+        self,
+        size: int | None = None,
+        *,
+        initializer: Callable[[], None] | None = None,
+        preload: Sequence[str] = (),
+        start_method: str | None = None,
+        memory_bytes: int | None = 2 << 30,
+    ) -> None:
+        self.size = size or default_size()
+        if self.size < 1:
+            raise ValueError(f"pool size must be >= 1, got {size}")
+        method = start_method or (
+            "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        )
+        if method not in ("forkserver", "spawn"):
+            raise ValueError(f"start_method {method!r}: use 'forkserver' or 'spawn' (not fork)")
+        self._ctx = mp.get_context(method)
+        if method == "forkserver" and preload:
+            self._ctx.set_forkserver_preload(list(preload))
+        self._initializer = initializer
+        self._memory_bytes = memory_bytes
+        self._cond = threading.Condition()
+        self._idle: list[_Worker] = []
+        self._all: set[_Worker] = set()
+        self._reserved = 0  # workers being started
+        self.replaced = 0
+        """Workers killed (deadline) or found dead and replaced, over the pool's life."""
+        _POOLS.add(self)
+
+    # -- worker bookkeeping -------------------------------------------------------------------
+    def worker_pids(self) -> list[int]:
+        with self._cond:
+            return [w.proc.pid for w in self._all if w.proc.pid is not None]
+
+    def _checkout(self, want: int, block: bool) -> list[_Worker]:
+        """Up to `want` workers: idle ones first, then new ones; blocks for one if `block`."""
+        with self._cond:
+            while True:
+                got = [self._idle.pop() for _ in range(min(want, len(self._idle)))]
+                n_new = min(want - len(got), self.size - len(self._all) - self._reserved)
+                self._reserved += max(0, n_new)
+                if got or n_new > 0 or not block:
+                    break
+                self._cond.wait()
+        return got + self._start(max(0, n_new))
+
+    def _start(self, n: int) -> list[_Worker]:
+        started: list[_Worker] = []
+        try:
+            for _ in range(n):
+                started.append(_Worker(self._ctx, self._initializer, self._memory_bytes))
+            for w in started:
+                w.wait_ready(START_TIMEOUT_S)
+        except BaseException:
+            for w in started:
+                w.kill()
+            with self._cond:
+                self._reserved -= n
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            self._reserved -= n
+            self._all.update(started)
+        return started
+
+    def _release(self, workers: Sequence[_Worker]) -> None:
+        with self._cond:
+            self._idle.extend(w for w in workers if w in self._all)
+            self._cond.notify_all()
+
+    def _discard(self, worker: _Worker) -> None:
+        worker.kill()
+        with self._cond:
+            if worker in self._all:
+                self._all.discard(worker)
+                self.replaced += 1
+            self._cond.notify_all()
+
+    # -- running calls --------------------------------------------------------------------------
+    def run(self, fn: Callable, args: tuple, timeout_s: float) -> Outcome:
+        return self.run_many(fn, [args], timeout_s)[0]
+
+    def run_many(self, fn: Callable, arg_list: Sequence[tuple], timeout_s: float) -> list[Outcome]:
+        """Run `fn(*args)` for each args, concurrently; outcomes in input order. Never raises
+        for a failing call (only for a pool that cannot start workers at all)."""
+        if not arg_list:
+            return []
+        run = _Run(self, fn, arg_list, timeout_s)
+        held = self._checkout(min(len(arg_list), self.size), block=True)
+        try:
+            run.loop(held)
+        finally:
+            run.abandon()
+        return run.results  # type: ignore[return-value]
+
+    def shutdown(self) -> None:
+        """Stop every worker (idle ones politely, busy ones by SIGKILL). The pool may be reused:
+        the next call starts fresh workers."""
+        with self._cond:
+            workers = list(self._all)
+            self._all.clear()
+            self._idle.clear()
+            self._cond.notify_all()
+        for w in workers:
+            with contextlib.suppress(Exception):
+                w.conn.send(None)
+        deadline = time.monotonic() + 1.0
+        for w in workers:
+            w.proc.join(max(0.0, deadline - time.monotonic()))
+            w.kill()
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+class _Run:
+    """The scheduling state of one `run_many` call, driven from the caller's thread."""
+
+    def __init__(self, pool: Pool, fn: Callable, arg_list: Sequence[tuple], timeout_s: float):
+        self.pool, self.fn, self.arg_list, self.timeout_s = pool, fn, arg_list, timeout_s
+        self.results: list[Outcome | None] = [None] * len(arg_list)
+        self.pending = collections.deque(range(len(arg_list)))
+        self.busy: dict[Any, tuple[_Worker, int, float]] = {}
+        self.held: list[_Worker] = []
+
+    def loop(self, held: list[_Worker]) -> None:
+        self.held = held
+        while self.pending or self.busy:
+            self._dispatch()
+            if not self.busy:
+                continue
+            now = time.monotonic()
+            next_deadline = min(t0 + self.timeout_s for _, _, t0 in self.busy.values())
+            for conn in wait(list(self.busy), timeout=max(0.0, next_deadline - now)):
+                self._collect(conn)
+            self._expire()
+
+    def _dispatch(self) -> None:
+        if self.pending and not self.held:
+            self.held = self.pool._checkout(len(self.pending), block=not self.busy)
+        while self.pending and self.held:
+            worker, i = self.held.pop(), self.pending.popleft()
+            try:
+                worker.conn.send((self.fn, self.arg_list[i]))
+            except (OSError, ValueError):  # died while idle: retry the item on another worker
+                self.pool._discard(worker)
+                self.pending.appendleft(i)
+                continue
+            self.busy[worker.conn] = (worker, i, time.monotonic())
+
+    def _collect(self, conn) -> None:
+        worker, i, t0 = self.busy.pop(conn)
+        try:
+            status, value = conn.recv()
+        except (EOFError, OSError):
+            reason = worker.exit_reason()
+            self.pool._discard(worker)
+            self.results[i] = Outcome(
+                "error", detail=f"verifier worker pid {worker.proc.pid} died mid-check "
+                f"({reason}); replaced", latency_s=time.monotonic() - t0)
+            return
+        latency = time.monotonic() - t0
+        if status == "ok":
+            self.results[i] = Outcome("ok", value=value, latency_s=latency)
+        else:
+            self.results[i] = Outcome("error", detail=str(value), latency_s=latency)
+        self.held.append(worker)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for conn, (worker, i, t0) in list(self.busy.items()):
+            if now - t0 >= self.timeout_s:
+                del self.busy[conn]
+                self.pool._discard(worker)
+                self.results[i] = Outcome(
+                    "timeout", detail=f"deadline of {self.timeout_s:g}s passed; worker pid "
+                    f"{worker.proc.pid} killed and replaced", latency_s=now - t0)
+
+    def abandon(self) -> None:
+        """Hand back idle workers; kill any still busy (only on an exception in the caller)."""
+        for worker, _, _ in self.busy.values():
+            self.pool._discard(worker)
+        self.busy.clear()
+        self.pool._release(self.held)
+        self.held = []
+
+
+_POOLS: weakref.WeakSet[Pool] = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_all() -> None:
+    for pool in list(_POOLS):
+        pool.shutdown()
