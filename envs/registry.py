@@ -23,6 +23,7 @@ SPEC_PATH_ENV = "SCALERL_TASKS"
 
 # Modules that register the built-in tasks and kinds when imported.
 BUILTIN_MODULES: tuple[str, ...] = (
+    "scalerl.envs.math",
     "scalerl.envs.math_tasks",
     "scalerl.envs.arith",
     "scalerl.envs.reasoning_gym",
@@ -129,6 +130,12 @@ def task_names() -> list[str]:
     return sorted(_TASKS)
 
 
+def remove_task(name: str) -> None:
+    """Forget a registered task (tests, or a spec re-registered after an edit)."""
+    _TASKS.pop(name, None)
+    _INSTANCES.pop(name, None)
+
+
 def prefixes() -> list[str]:
     _ensure_loaded()
     return sorted(_PREFIXES)
@@ -141,9 +148,25 @@ def load_entry_points() -> None:
     zero-argument factory; the latter two are registered under the entry point's name.
     """
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        obj = ep.load()
+        try:
+            obj = ep.load()
+        except Exception as exc:  # a broken plugin is named, not hidden
+            dist = ep.dist.name if ep.dist else "?"
+            raise RuntimeError(
+                f"task plugin {ep.name} = {ep.value} (from {dist}) failed to load: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         if callable(obj) and ep.name not in _TASKS:
             add_task(ep.name, obj)
+
+
+def _import_builtin(module: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:  # a missing dependency of a built-in module is a real error
+            raise
+        # TODO(registry): strict once envs/math.py and envs/code_tasks.py have landed.
 
 
 def _ensure_loaded() -> None:
@@ -152,7 +175,7 @@ def _ensure_loaded() -> None:
         return
     _loaded = True
     for module in BUILTIN_MODULES:
-        importlib.import_module(module)
+        _import_builtin(module)
     load_entry_points()
     for path in filter(None, os.environ.get(SPEC_PATH_ENV, "").split(os.pathsep)):
         from scalerl.envs.spec import register_spec_file

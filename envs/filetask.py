@@ -1,0 +1,195 @@
+"""`FileTask`: a task made from a data file, field names and a kind (`math`, `code`, a user's).
+
+Rows are loaded with `datasets` (envs/data.py), mapped into Samples (the gold into the kind's
+`gold_field`), deduplicated and split by a hash of the normalised prompt; an explicit held-out
+file overrides the hash split for `test` and its prompts are removed from train. Scoring is the
+kind's `score(sample, completion, options)`. Nothing here parses answers or runs code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from scalerl.envs.base import Sample, Score, Task, reward_for, truncate
+from scalerl.envs.data import DataError, assign_splits, check_fractions, load_rows, prompt_key
+from scalerl.envs.registry import get_kind
+
+PROMPT_COLUMNS: tuple[str, ...] = ("prompt", "problem", "question")
+"""Columns tried, in order, for the prompt when `fields` does not name one."""
+
+GoldReader = Callable[[Any, str], Any]
+"""reader(raw value, column name) -> gold value; raises ValueError saying what is wrong."""
+_GOLD_READERS: dict[str, tuple[tuple[str, ...], GoldReader | None]] = {}
+
+
+def register_gold_reader(
+    kind: str, columns: Sequence[str], reader: GoldReader | None = None
+) -> None:
+    """Default gold columns (tried in order) and an optional converter for a kind's gold field."""
+    _GOLD_READERS[kind] = (tuple(columns), reader)
+
+
+class FileTask(Task):
+    """A task backed by a data file (or hub id), split deterministically and leak-free."""
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        data: str,
+        *,
+        test_data: str | None = None,
+        fields: Mapping[str, str | None] | None = None,
+        test_fraction: float = 0.1,
+        val_fraction: float = 0.0,
+        seed: int = 0,
+        system_prompt: str | None = None,
+        requires_thinking: bool = False,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        check_fractions(test_fraction, val_fraction)
+        self.name = name
+        self.kind = kind
+        self.data = str(data)
+        self.test_data = str(test_data) if test_data else None
+        self.fields = dict(fields or {})
+        self.test_fraction = test_fraction
+        self.val_fraction = val_fraction
+        self.seed = seed
+        self._system_prompt = system_prompt
+        self.requires_thinking = requires_thinking
+        self.options = dict(options or {})
+        self.splits = ("train", "val", "test") if val_fraction > 0 else ("train", "test")
+        self.source = self.data + (f" (held out: {self.test_data})" if self.test_data else "")
+        self._samples: dict[str, tuple[Sample, ...]] | None = None
+        self.duplicates = 0
+        """Rows dropped as duplicates (within the data, or of a held-out prompt), once loaded."""
+
+    @property
+    def system_prompt(self) -> str | None:  # type: ignore[override]
+        if self._system_prompt is not None:
+            return self._system_prompt
+        return get_kind(self.kind).system_prompt
+
+    def samples(self, split: str) -> tuple[Sample, ...]:
+        self.check_split(split)
+        if self._samples is None:
+            self._samples = self._load()
+        return self._samples[split]
+
+    def score(self, sample: Sample, completion: str) -> Score:
+        options = {"requires_thinking": self.requires_thinking, **self.options}
+        try:
+            return get_kind(self.kind).score(sample, completion, options)
+        except Exception as exc:  # a verifier bug is an `error` verdict, never a silent wrong
+            return Score("error", reward_for("error"), truncate(f"{type(exc).__name__}: {exc}"))
+
+    def _load(self) -> dict[str, tuple[Sample, ...]]:
+        samples, keys = self._read(self.data)
+        heldout: list[Sample] = []
+        if self.test_data:
+            test_samples, test_keys = self._read(self.test_data)
+            split = assign_splits(test_keys, test_fraction=1.0)  # dedup the held-out file
+            heldout = [test_samples[i] for i in split.test]
+            split = assign_splits(
+                keys, test_fraction=0.0, val_fraction=self.val_fraction, seed=self.seed,
+                heldout_keys=test_keys,
+            )
+        else:
+            split = assign_splits(
+                keys, test_fraction=self.test_fraction, val_fraction=self.val_fraction,
+                seed=self.seed,
+            )
+        self.duplicates = split.duplicates
+        out = {s: tuple(samples[i] for i in split.get(s)) for s in ("train", "val", "test")}
+        if self.test_data:
+            out["test"] = tuple(heldout)
+        _check_unique_ids(out, self.data)
+        return out
+
+    def _read(self, source: str) -> tuple[list[Sample], list[str]]:
+        rows = load_rows(source)
+        if not rows:
+            raise DataError(f"{source}: no rows")
+        columns = list(rows[0])
+        prompt_col = self._prompt_column(source, columns)
+        gold_col, reader = self._gold_column(source, columns)
+        id_col = self.fields.get("id", "id" if "id" in columns else None)
+        if id_col and id_col not in columns:
+            raise DataError(f"{source}: no id field {id_col!r}; fields: {', '.join(columns)}")
+        samples, keys = [], []
+        for n, row in enumerate(rows, start=1):
+            where = f"{source}: row {n}"
+            prompt = _prompt_value(row.get(prompt_col), where, prompt_col, columns)
+            gold = _gold_value(row.get(gold_col), where, gold_col, columns, reader)
+            key = prompt_key(prompt)
+            sid = str(row[id_col]) if id_col and row.get(id_col) is not None else key[:16]
+            meta = {k: v for k, v in row.items() if k not in (prompt_col, gold_col, id_col)}
+            meta["row"] = n
+            gold_field = get_kind(self.kind).gold_field
+            samples.append(
+                Sample(id=sid, task=self.name, prompt=prompt, meta=meta, **{gold_field: gold})
+            )
+            keys.append(key)
+        return samples, keys
+
+    def _prompt_column(self, source: str, columns: list[str]) -> str:
+        col = self.fields.get("prompt")
+        candidates = (col,) if col else PROMPT_COLUMNS
+        for c in candidates:
+            if c in columns:
+                return c
+        raise DataError(
+            f"{source}: no prompt field {' / '.join(candidates)}; fields in the file: "
+            f"{', '.join(columns)} (set fields.prompt)"
+        )
+
+    def _gold_column(self, source: str, columns: list[str]) -> tuple[str, GoldReader | None]:
+        gold_field = get_kind(self.kind).gold_field
+        default_cols, reader = _GOLD_READERS.get(self.kind, ((gold_field,), None))
+        col = self.fields.get(gold_field) or self.fields.get("gold")
+        candidates = (col,) if col else default_cols
+        for c in candidates:
+            if c in columns:
+                return c, reader
+        raise DataError(
+            f"{source}: no {gold_field} field {' / '.join(candidates)}; fields in the file: "
+            f"{', '.join(columns)} (set fields.{gold_field})"
+        )
+
+
+def _prompt_value(value: Any, where: str, col: str, columns: list[str]) -> str | tuple:
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, list) and value and all(
+        isinstance(m, dict) and "role" in m and "content" in m for m in value
+    ):
+        return tuple({"role": str(m["role"]), "content": str(m["content"])} for m in value)
+    what = "missing" if value in (None, "", []) else f"not text or chat messages: {value!r:.60}"
+    raise DataError(f"{where}: field {col!r} is {what} (fields: {', '.join(columns)})")
+
+
+def _gold_value(
+    value: Any, where: str, col: str, columns: list[str], reader: GoldReader | None
+) -> Any:
+    if value is None or value == "":
+        raise DataError(f"{where}: field {col!r} is missing (fields: {', '.join(columns)})")
+    if reader is None:
+        return value
+    try:
+        return reader(value, col)
+    except ValueError as exc:
+        raise DataError(f"{where}: field {col!r}: {exc}") from exc
+
+
+def _check_unique_ids(splits: Mapping[str, Sequence[Sample]], source: str) -> None:
+    seen: dict[str, str] = {}
+    for split, samples in splits.items():
+        for s in samples:
+            if s.id in seen:
+                raise DataError(
+                    f"{source}: sample id {s.id!r} appears in {seen[s.id]} and {split} with "
+                    "different prompts; give unique ids or set fields.id to null for hash ids"
+                )
+            seen[s.id] = split

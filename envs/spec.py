@@ -1,0 +1,109 @@
+"""Task specs: register file-backed tasks from a YAML or JSON file, no Python needed.
+
+A spec file holds one task, a list of tasks, or `{"tasks": [...]}`; each task names a kind, a
+data file (relative paths are relative to the spec file), optional field names, an optional
+explicit held-out file, a system prompt and the kind's scoring options. Validation is eager and
+fails in one line naming the file and key; data is only read when a task is first used.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scalerl.envs.data import check_fractions, is_hub_id
+from scalerl.envs.filetask import FileTask
+from scalerl.envs.registry import add_task, get_kind, task_names
+
+REQUIRED_KEYS: tuple[str, ...] = ("name", "kind", "data")
+OPTIONAL_KEYS: tuple[str, ...] = (
+    "test_data", "fields", "test_fraction", "val_fraction", "seed", "system_prompt",
+    "requires_thinking", "options", "description",
+)
+_FROM_SPEC: dict[str, Path] = {}  # task name -> spec file that registered it
+
+
+class SpecError(ValueError):
+    """A bad task spec; the one-line message names the file, the task and the key."""
+
+
+def read_spec(path: str | Path) -> list[dict[str, Any]]:
+    """The task entries of a spec file, validated (keys, types, kind, fractions)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"{path}: no such task spec file")
+    text = path.read_text(encoding="utf-8")
+    try:
+        doc = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise SpecError(f"{path}: not valid {path.suffix[1:] or 'YAML'} ({_short(exc)})") from exc
+    if isinstance(doc, Mapping) and "tasks" in doc:
+        doc = doc["tasks"]
+    entries = [doc] if isinstance(doc, Mapping) else doc
+    if not isinstance(entries, list) or not entries:
+        raise SpecError(f"{path}: expected a task, a list of tasks or {{tasks: [...]}}")
+    return [_validate(path, i, e) for i, e in enumerate(entries, start=1)]
+
+
+def _validate(path: Path, i: int, entry: Any) -> dict[str, Any]:
+    where = f"{path}: task #{i}"
+    if not isinstance(entry, Mapping):
+        raise SpecError(f"{where}: expected a mapping of keys, got {type(entry).__name__}")
+    where = f"{path}: task #{i} ({entry.get('name', '?')})"
+    valid = REQUIRED_KEYS + OPTIONAL_KEYS
+    for key in entry:
+        if key not in valid:
+            raise SpecError(f"{where}: unknown key {key!r}; valid keys: {', '.join(valid)}")
+    for key in REQUIRED_KEYS:
+        if not isinstance(entry.get(key), str) or not entry[key]:
+            raise SpecError(f"{where}: {key!r} is required (a non-empty string)")
+    for key, typ in (("fields", Mapping), ("options", Mapping), ("requires_thinking", bool)):
+        if key in entry and not isinstance(entry[key], typ):
+            raise SpecError(f"{where}: {key!r} must be a {typ.__name__}")
+    try:
+        get_kind(entry["kind"])
+        check_fractions(float(entry.get("test_fraction", 0.1)), float(entry.get("val_fraction", 0)))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise SpecError(f"{where}: {_short(exc)}") from exc
+    out = dict(entry)
+    for key in ("data", "test_data"):
+        if out.get(key):
+            out[key] = _resolve(path, str(out[key]))
+    return out
+
+
+def _resolve(spec_path: Path, data: str) -> str:
+    if is_hub_id(data) or Path(data).is_absolute():
+        return data
+    local = spec_path.parent / data
+    return str(local) if local.exists() or not is_hub_id(data) else data
+
+
+def task_from_entry(entry: Mapping[str, Any]) -> FileTask:
+    kw = {k: entry[k] for k in OPTIONAL_KEYS if k in entry and k != "description"}
+    return FileTask(entry["name"], entry["kind"], entry["data"], **kw)
+
+
+def register_spec_file(path: str | Path) -> list[str]:
+    """Register every task of a spec file; returns their names. Re-registering the same file is
+    allowed (it replaces its own tasks); a name taken by another source is an error."""
+    path = Path(path).resolve()
+    names = []
+    for entry in read_spec(path):
+        name = entry["name"]
+        owner = _FROM_SPEC.get(name)
+        if name in task_names() and owner != path:
+            where = f"from {owner}" if owner else "by another module"
+            raise SpecError(f"{path}: task {name!r} is already registered {where}")
+        add_task(name, lambda e=entry: task_from_entry(e), replace=True)
+        _FROM_SPEC[name] = path
+        names.append(name)
+    return names
+
+
+def _short(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200]
