@@ -1,0 +1,77 @@
+"""Truncation policies, zero-variance filtering and No-Positive-Resampling."""
+
+import pytest
+
+from scalerl.envs.base import Score
+from scalerl.rollout.types import Rollout
+from scalerl.trainer.filters import PromptRetirement, apply_truncation, is_zero_variance, pass_rate
+
+
+def rollout(status="correct", finish="stop"):
+    reward = 1.0 if status == "correct" else -1.0
+    return Rollout(sample_id="s", task="arith", prompt_token_ids=(1,), token_ids=(2, 3),
+                   logprobs=(-0.1, -0.2), versions=(0, 0), finish_reason=finish,
+                   thinking_tokens=0, answer_tokens=2, completion="x",
+                   score=Score(status=status, reward=reward))
+
+
+def test_zero_variance_is_all_rewards_alike():
+    assert is_zero_variance([1.0, 1.0, 1.0])
+    assert is_zero_variance([-1.0, -1.0])
+    assert not is_zero_variance([1.0, -1.0, -1.0])
+
+
+def test_truncation_drop_excludes_truncated_rollouts():
+    group = [rollout(), rollout("correct", "truncated"), rollout("wrong")]
+    kept = apply_truncation(group, "drop")
+    assert [r.finish_reason for r in kept] == ["stop", "stop"]
+
+
+def test_truncation_wrong_rescores_truncated_as_wrong():
+    group = [rollout("correct", "truncated"), rollout()]
+    out = apply_truncation(group, "wrong", wrong_reward=-1.0)
+    assert [r.reward for r in out] == [-1.0, 1.0]
+    assert out[0].score.status == "wrong"
+    assert apply_truncation(group, "keep")[0].reward == 1.0
+
+
+def test_unknown_truncation_policy_is_named():
+    with pytest.raises(KeyError, match="known: drop, keep, wrong"):
+        apply_truncation([], "mask")
+
+
+def test_pass_rate_counts_correct_status():
+    assert pass_rate([rollout(), rollout("wrong"), rollout("timeout"), rollout()]) == 0.5
+
+
+def test_retirement_last_history_retires_at_threshold():
+    npr = PromptRetirement(threshold=0.9, history="last")
+    assert not npr.observe("arith/1", 0.875)
+    assert npr.observe("arith/1", 0.9375)
+    assert npr.is_retired("arith/1")
+    assert not npr.is_retired("arith/2")
+
+
+def test_retirement_mean_history_waits_for_the_average():
+    npr = PromptRetirement(threshold=0.9, history="mean")
+    assert not npr.observe("k", 0.5)
+    assert not npr.observe("k", 1.0)  # mean 0.75
+    assert not npr.observe("k", 1.0)  # mean 0.8333
+    assert not npr.observe("k", 1.0)  # mean 0.875
+    assert npr.observe("k", 1.0)  # mean 0.9
+
+
+def test_retirement_state_round_trips():
+    npr = PromptRetirement(history="mean")
+    npr.observe("a", 1.0)
+    npr.observe("b", 0.25)
+    other = PromptRetirement(history="mean")
+    other.load_state_dict(npr.state_dict())
+    assert other.is_retired("a") and not other.is_retired("b")
+    assert other.observe("b", 1.0) is False  # mean (0.25 + 1) / 2 = 0.625: history restored
+
+
+def test_disabled_retirement_never_retires():
+    npr = PromptRetirement(enabled=False)
+    assert not npr.observe("a", 1.0)
+    assert not npr.is_retired("a")

@@ -1,0 +1,111 @@
+"""Batch filters: truncated-rollout policy, zero-variance filtering, No-Positive-Resampling.
+
+Zero-variance groups (all rewards alike) are dropped from the loss with no refilling (recipe §2.8).
+`PromptRetirement` keeps each prompt's pass-rate history and permanently retires prompts whose
+pass rate reaches the threshold (POLARIS / ScaleRL §2.9); its state is a plain dict for
+checkpoints. This module does not sample prompts or compute losses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from scalerl.envs.base import Score
+from scalerl.rollout.types import Rollout
+
+Group = list[Rollout]
+"""The n rollouts of one prompt."""
+
+TruncationFn = Callable[[Group, float], Group]
+TRUNCATION_POLICIES: dict[str, TruncationFn] = {}
+
+
+def register_truncation(name: str) -> Callable[[TruncationFn], TruncationFn]:
+    def deco(fn: TruncationFn) -> TruncationFn:
+        TRUNCATION_POLICIES[name] = fn
+        return fn
+
+    return deco
+
+
+@register_truncation("drop")
+def _drop(group: Group, wrong_reward: float) -> Group:
+    """Exclude truncated rollouts from the batch (the paper's "effective batch", recipe §5.5)."""
+    return [r for r in group if r.finish_reason != "truncated"]
+
+
+@register_truncation("wrong")
+def _wrong(group: Group, wrong_reward: float) -> Group:
+    """Keep truncated rollouts, scored wrong (`wrong_reward`) whatever the verifier said."""
+    return [
+        replace(r, score=Score(status="wrong", reward=wrong_reward, detail="truncated"))
+        if r.finish_reason == "truncated" else r
+        for r in group
+    ]
+
+
+@register_truncation("keep")
+def _keep(group: Group, wrong_reward: float) -> Group:
+    """Keep truncated rollouts with the verifier's score."""
+    return list(group)
+
+
+def apply_truncation(group: Group, policy: str, wrong_reward: float = -1.0) -> Group:
+    if policy not in TRUNCATION_POLICIES:
+        raise KeyError(
+            f"unknown truncation policy {policy!r}; known: {', '.join(sorted(TRUNCATION_POLICIES))}"
+        )
+    return TRUNCATION_POLICIES[policy](group, wrong_reward)
+
+
+def is_zero_variance(rewards: Sequence[float]) -> bool:
+    """True when every reward of the group is the same (advantages all zero; §2.8)."""
+    return len(rewards) == 0 or max(rewards) == min(rewards)
+
+
+def pass_rate(group: Group) -> float:
+    return sum(r.score.correct for r in group) / max(len(group), 1)
+
+
+class PromptRetirement:
+    """No-Positive-Resampling: retire a prompt once its pass rate is >= `threshold`.
+
+    `history="last"` judges by the last observed group pass rate; `"mean"` by the mean of all
+    observed group pass rates. Retirement is permanent. Keys are `task/sample_id`.
+    """
+
+    HISTORIES = ("last", "mean")
+
+    def __init__(self, threshold: float = 0.9, history: str = "last", enabled: bool = True):
+        if history not in self.HISTORIES:
+            raise ValueError(f"history {history!r} must be one of {', '.join(self.HISTORIES)}")
+        self.threshold = threshold
+        self.history = history
+        self.enabled = enabled
+        self._sums: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+        self.retired: set[str] = set()
+
+    def observe(self, key: str, rate: float) -> bool:
+        """Record one group pass rate for `key`; returns True if this retires the prompt."""
+        self._sums[key] = self._sums.get(key, 0.0) + rate
+        self._counts[key] = self._counts.get(key, 0) + 1
+        judged = rate if self.history == "last" else self._sums[key] / self._counts[key]
+        if self.enabled and judged >= self.threshold and key not in self.retired:
+            self.retired.add(key)
+            return True
+        return False
+
+    def is_retired(self, key: str) -> bool:
+        return key in self.retired
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sums": dict(self._sums), "counts": dict(self._counts),
+                "retired": sorted(self.retired)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._sums = dict(state["sums"])
+        self._counts = {k: int(v) for k, v in state["counts"].items()}
+        self.retired = set(state["retired"])
