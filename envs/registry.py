@@ -54,6 +54,7 @@ class Kind:
 TaskFactory = Callable[[], Task]
 _TASKS: dict[str, TaskFactory] = {}
 _PREFIXES: dict[str, Callable[[str], Task]] = {}
+_PREFIX_HELP: dict[str, str] = {}
 _KINDS: dict[str, Kind] = {}
 _INSTANCES: dict[str, Task] = {}
 _loaded = False
@@ -96,11 +97,12 @@ def add_task(name: str, factory: TaskFactory, *, replace: bool = False) -> None:
     _INSTANCES.pop(name, None)
 
 
-def register_task_prefix(prefix: str) -> Callable:
+def register_task_prefix(prefix: str, *, description: str = "") -> Callable:
     """Decorator: register a factory for every name `prefix:<rest>`, called as factory(rest)."""
 
     def deco(factory: Callable[[str], Task]) -> Callable[[str], Task]:
         _PREFIXES[prefix] = factory
+        _PREFIX_HELP[prefix] = description or (factory.__doc__ or "").strip().split("\n")[0]
         return factory
 
     return deco
@@ -136,9 +138,10 @@ def remove_task(name: str) -> None:
     _INSTANCES.pop(name, None)
 
 
-def prefixes() -> list[str]:
+def prefixes() -> dict[str, str]:
+    """Registered prefixes and their one-line descriptions."""
     _ensure_loaded()
-    return sorted(_PREFIXES)
+    return {p: _PREFIX_HELP.get(p, "") for p in sorted(_PREFIXES)}
 
 
 def load_entry_points() -> None:
