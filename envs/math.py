@@ -87,40 +87,44 @@ def score_math_many(
     """Verdicts on (completion, gold) pairs, checked concurrently in the pool, in input order."""
     t0 = time.monotonic()
     scores: list[Score | None] = [None] * len(items)
-    jobs: list[tuple[int, tuple[str, str, bool]]] = []
+    jobs: list[tuple[int, tuple[str, str, bool], str]] = []
     for i, (completion, gold) in enumerate(items):
-        early, job = _prepare(completion, gold, requires_thinking, boxed_only)
+        early, job, note = _prepare(completion, gold, requires_thinking, boxed_only)
         if early is not None:
             status, detail = early
             scores[i] = Score(status, reward_for(status, correct_reward, wrong_reward), detail,
                               time.monotonic() - t0)
         else:
-            jobs.append((i, job))
+            jobs.append((i, job, note))
     if jobs:
-        outcomes = _run_checks(pool, [job for _, job in jobs], timeout_s)
-        for (i, _), outcome in zip(jobs, outcomes, strict=True):
+        outcomes = _run_checks(pool, [job for _, job, _ in jobs], timeout_s)
+        for (i, _, note), outcome in zip(jobs, outcomes, strict=True):
             status, detail = _status_of(outcome)
-            scores[i] = Score(status, reward_for(status, correct_reward, wrong_reward), detail,
-                              outcome.latency_s)
+            scores[i] = Score(status, reward_for(status, correct_reward, wrong_reward),
+                              detail + note, outcome.latency_s)
     return scores  # type: ignore[return-value]
 
 
 def _prepare(completion: Any, gold: Any, requires_thinking: bool, boxed_only: bool):
-    """((status, detail), None) when decided without math-verify, else (None, job)."""
+    """((status, detail), None, "") when decided without math-verify, else (None, job, note)."""
     if not isinstance(completion, str) or not isinstance(gold, str):
         return ("error", f"completion and gold must be strings, got "
-                f"{type(completion).__name__} and {type(gold).__name__}"), None
+                f"{type(completion).__name__} and {type(gold).__name__}"), None, ""
     if not gold.strip():
-        return ("error", "gold answer is empty"), None
+        return ("error", "gold answer is empty"), None, ""
     answer = strip_thinking(completion, requires_thinking)
     if answer is None:
         why = "no </think>" if _THINK_OPEN not in completion else "<think> never closed"
-        return ("no_answer", f"{why}: the completion has no answer part"), None
+        return ("no_answer", f"{why}: the completion has no answer part"), None, ""
     if boxed_only and not _BOXED.search(answer):
-        return ("no_answer", "no \\boxed{} answer (boxed-only)"), None
+        return ("no_answer", "no \\boxed{} answer (boxed-only)"), None, ""
+    note = ""
     if len(answer) > MAX_ANSWER_CHARS:
+        note = f" [answer cut to its last {MAX_ANSWER_CHARS} of {len(answer)} chars]"
         answer = answer[-MAX_ANSWER_CHARS:]
-    return None, (answer, gold[-MAX_GOLD_CHARS:], boxed_only)
+    if len(gold) > MAX_GOLD_CHARS:
+        note += f" [gold cut to its last {MAX_GOLD_CHARS} of {len(gold)} chars]"
+    return None, (answer, gold[-MAX_GOLD_CHARS:], boxed_only), note
 
 
 def _status_of(outcome: Outcome) -> tuple[str, str]:
@@ -168,6 +172,13 @@ def configure_pool(workers: int | None) -> Pool:
             _POOL.shutdown()
         _POOL = make_pool(workers)
         return _POOL
+
+
+def shutdown_pool() -> None:
+    """Stop the default pool's workers (a later call starts new ones)."""
+    with _POOL_LOCK:
+        if _POOL is not None:
+            _POOL.shutdown()
 
 
 def make_pool(size: int | None = None) -> Pool:

@@ -1,0 +1,140 @@
+"""The deadline-enforcing process pool: outcomes, deadlines, killed workers, no orphans."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from scalerl.envs.pool import Pool
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = Pool(2)
+    yield p
+    p.shutdown()
+
+
+def test_results_come_back_in_input_order(pool):
+    outcomes = pool.run_many(divmod, [(7, 2), (9, 4), (1, 1)], timeout_s=30)
+    assert [o.status for o in outcomes] == ["ok", "ok", "ok"]
+    assert [o.value for o in outcomes] == [(3, 1), (2, 1), (1, 0)]
+
+
+def test_work_runs_in_other_processes(pool):
+    pids = {o.value for o in pool.run_many(os.getpid, [()] * 6, timeout_s=30)}
+    assert os.getpid() not in pids
+    assert pids <= set(pool.worker_pids())
+
+
+def test_an_exception_is_an_error_outcome_with_its_message(pool):
+    outcome = pool.run(int, ("not a number",), timeout_s=30)
+    assert outcome.status == "error"
+    assert outcome.detail.startswith("ValueError: invalid literal for int()")
+
+
+def test_deadline_kills_a_stuck_worker_and_replaces_it(pool):
+    replaced = pool.replaced
+    t0 = time.monotonic()
+    outcome = pool.run(time.sleep, (60,), timeout_s=0.5)
+    assert outcome.status == "timeout"
+    assert "killed and replaced" in outcome.detail
+    assert 0.5 <= outcome.latency_s < 5
+    assert time.monotonic() - t0 < 10
+    assert pool.replaced == replaced + 1
+    assert pool.run(divmod, (5, 2), timeout_s=30).value == (2, 1)
+
+
+def test_other_calls_finish_while_one_worker_is_stuck(pool):
+    t0 = time.monotonic()
+    outcomes = pool.run_many(time.sleep, [(60,)] + [(0.01,)] * 20, timeout_s=3)
+    elapsed = time.monotonic() - t0
+    assert outcomes[0].status == "timeout"
+    assert [o.status for o in outcomes[1:]] == ["ok"] * 20
+    # All 20 short calls ran on the free worker during the stuck one's 3 s, not after it.
+    assert sum(o.latency_s for o in outcomes[1:]) < 3
+    assert elapsed < 6
+
+
+def test_concurrent_callers_share_the_pool(pool):
+    results: dict[str, list] = {}
+
+    def call(name: str, arg: float) -> None:
+        results[name] = pool.run_many(time.sleep, [(arg,)], timeout_s=30)
+
+    threads = [threading.Thread(target=call, args=(f"t{i}", 0.2)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(results) == ["t0", "t1", "t2", "t3"]
+    assert all(r[0].status == "ok" for r in results.values())
+
+
+def announce_then_sleep(path: str, seconds: float) -> None:
+    """Runs in a worker: write our pid to `path` (the call has started), then sleep."""
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(seconds)
+
+
+def test_a_worker_killed_mid_call_gives_an_error_and_is_replaced(pool, tmp_path):
+    flag = tmp_path / "started"
+    holder: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: holder.update(
+        out=pool.run(announce_then_sleep, (str(flag), 60), timeout_s=30)))
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not (flag.exists() and flag.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pid = int(flag.read_text())
+    assert pool.busy_pids() == [pid]
+    os.kill(pid, 9)
+    thread.join(30)
+    outcome = holder["out"]
+    assert outcome.status == "error"
+    assert f"pid {pid} died mid-check (killed by signal SIGKILL)" in outcome.detail
+    assert pid not in pool.worker_pids()
+    assert pool.run(divmod, (9, 2), timeout_s=30).value == (4, 1)
+
+
+def test_workers_do_not_outlive_a_killed_parent(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent("""
+        import os, signal, time
+        from scalerl.envs.pool import Pool
+        if __name__ == "__main__":
+            p = Pool(2)
+            p.run_many(time.sleep, [(0.05,), (0.05,)], 30)
+            print(" ".join(map(str, p.worker_pids())), flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    pids = [int(p) for p in proc.stdout.split()]
+    assert len(pids) == 2, proc.stderr
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
+
+
+def test_bad_sizes_and_start_methods_are_refused():
+    with pytest.raises(ValueError, match="pool size must be >= 1"):
+        Pool(-1)
+    with pytest.raises(ValueError, match="use 'forkserver' or 'spawn'"):
+        Pool(1, start_method="fork")
