@@ -1,0 +1,291 @@
+"""In-sandbox supervisor: starts the program under rlimits, waits for it, reports, kills the rest.
+
+Runs INSIDE the sandbox as `python3 -I -c <this source> MODE CONFIG_JSON` (stdlib only; never
+imported by the host). Covered: rlimits set in the child only, exact exit code / signal, a
+`python` program run in a fork of this already-started interpreter (one interpreter start per run),
+collected files read with O_NOFOLLOW and capped, every other process of the run SIGKILLed before
+the report. Not covered: wall time and memory (the host enforces those with cgroups / docker).
+Modes: `direct` (fds 0-2 belong to the program, report JSON on fd `report_fd`) and `framed`
+(docker exec: config, files and stdin arrive as one JSON on stdin; one JSON report on stdout).
+"""
+
+import base64
+import contextlib
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+
+RLIMITS = {"cpu": resource.RLIMIT_CPU, "nofile": resource.RLIMIT_NOFILE,
+           "fsize": resource.RLIMIT_FSIZE, "as": resource.RLIMIT_AS,
+           "nproc": resource.RLIMIT_NPROC, "core": resource.RLIMIT_CORE}
+PY_FLAGS_INLINE = ("-c", "-m")
+
+
+def set_rlimits(rlimits):
+    for name, value in rlimits.items():
+        hard = value + 1 if name == "cpu" else value  # SIGXCPU first, SIGKILL one second later
+        resource.setrlimit(RLIMITS[name], (value, hard))
+
+
+def exit_code_of(exc):
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    with contextlib.suppress(BaseException):  # the program's own object; nothing more to do
+        print(code, file=sys.stderr)
+    return 1
+
+
+def run_python_inline(args):
+    """Emulate `python3 -I ARGS` in this forked interpreter; returns the exit code."""
+    import runpy
+    import traceback
+    import types
+    try:
+        if args[0] == "-c":
+            sys.argv = ["-c", *args[2:]]
+            main = types.ModuleType("__main__")
+            main.__builtins__ = __builtins__
+            sys.modules["__main__"] = main
+            exec(compile(args[1], "<string>", "exec"), main.__dict__)
+        elif args[0] == "-m":
+            sys.argv = [args[1], *args[2:]]
+            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(args)
+            runpy.run_path(args[0], run_name="__main__")
+        code = 0
+    except SystemExit as exc:
+        code = exit_code_of(exc)
+    except BaseException as exc:  # noqa: BLE001 - same as the interpreter: traceback, exit 1
+        tb = exc.__traceback__
+        while tb and (tb.tb_frame.f_code is run_python_inline.__code__
+                      or tb.tb_frame.f_code.co_filename.startswith("<frozen runpy")):
+            tb = tb.tb_next  # show the program's frames only, as `python3 main.py` would
+        traceback.print_exception(type(exc), exc, tb)
+        code = 1
+    return finish_python(code)
+
+
+def finish_python(code):
+    """What the interpreter does at exit: join threads, atexit, flush."""
+    try:
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()
+        import atexit
+        atexit._run_exitfuncs()
+    except SystemExit as exc:
+        code = exit_code_of(exc)
+    except BaseException:  # noqa: BLE001
+        code = code or 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 - e.g. EPIPE, EFBIG: the interpreter reports 120
+            code = code or 120
+    return code
+
+
+def child(cfg):
+    """In the forked child: limits, then become the program. Never returns."""
+    try:
+        os.chdir(cfg["cwd"])
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        set_rlimits(cfg["rlimits"])
+        argv = cfg["argv"]
+        if argv[0] == "python" and len(argv) > 1 and (argv[1] in PY_FLAGS_INLINE
+                                                      or not argv[1].startswith("-")):
+            signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as a fresh interpreter has it
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            os._exit(run_python_inline(argv[1:]))
+        if argv[0] == "python":
+            argv = [cfg["python"], "-I", *argv[1:]]
+        os.execvp(argv[0], argv)
+    except BaseException as exc:  # noqa: BLE001 - report and die; nothing else can be done here
+        os.write(2, f"sandbox launcher: cannot start {cfg['argv'][:1]}: {exc!r}\n".encode())
+        os._exit(127)
+
+
+def spawn(cfg, stdin_fd, out_fd, err_fd):
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(stdin_fd, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        os.closerange(3, 65536)
+        child(cfg)
+    return pid
+
+
+def wait_for(pid, deadline=None):
+    """Reap children (we may be PID 1) until `pid` exits; returns (wait status, cpu seconds)."""
+    while True:
+        if deadline is not None:
+            got, status, usage = os.wait4(-1, os.WNOHANG)
+            if got == 0:
+                if time.monotonic() > deadline:
+                    return None, 0.0
+                time.sleep(0.002)
+                continue
+        else:
+            got, status, usage = os.wait4(-1, 0)
+        if got == pid:
+            return status, usage.ru_utime + usage.ru_stime
+
+
+def kill_everyone_else(cfg, pid):
+    """SIGKILL the rest of the run: daemons, grandchildren.
+
+    `all` (inside a PID namespace or a container, as the sandbox uid): kill(-1) reaches every
+    process of the run except this one and init. `group` (process backend, on the host): only
+    the launcher's own session (called with pid 0 after the report; this launcher dies too),
+    because kill(-1) there would hit the whole machine.
+    """
+    try:
+        if cfg["kill"] == "all":
+            os.kill(-1, signal.SIGKILL)
+        elif pid == 0:  # group mode, after the report: the session, this launcher included
+            os.killpg(0, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def read_collected(cwd, names, cap):
+    files, truncated, missing = {}, [], []
+    for name in names:
+        try:
+            fd = os.open(os.path.join(cwd, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            missing.append(name)
+            continue
+        try:
+            if not os.path.stat.S_ISREG(os.fstat(fd).st_mode):
+                missing.append(name)
+                continue
+            data = os.read(fd, cap + 1)
+        finally:
+            os.close(fd)
+        if len(data) > cap:
+            truncated.append(name)
+        files[name] = base64.b64encode(data[:cap]).decode()
+    return {"files": files, "files_truncated": truncated, "files_missing": missing}
+
+
+def status_fields(status, cpu):
+    if status is None:
+        return {"exit_code": None, "signal": None, "cpu_s": cpu}
+    if os.WIFSIGNALED(status):
+        return {"exit_code": None, "signal": os.WTERMSIG(status), "cpu_s": cpu}
+    return {"exit_code": os.WEXITSTATUS(status), "signal": None, "cpu_s": cpu}
+
+
+def direct(cfg):
+    """bwrap/process: fds 0-2 go straight to the program; the report goes to cfg['report_fd']."""
+    report_fd = cfg["report_fd"]
+    os.set_inheritable(report_fd, False)
+    pid = os.fork()
+    if pid == 0:
+        os.closerange(3, 65536)
+        child(cfg)
+    for fd in (0, 1, 2):
+        os.close(fd)
+    status, cpu = wait_for(pid)
+    kill_everyone_else(cfg, pid)
+    report = status_fields(status, cpu)
+    report.update(read_collected(cfg["cwd"], cfg["collect"], cfg["collect_cap"]))
+    data = json.dumps(report).encode()
+    while data:
+        data = data[os.write(report_fd, data):]
+    os.close(report_fd)
+    kill_everyone_else(cfg, 0)
+
+
+def reset_dir(path):
+    """Empty a work dir we own (docker: the same container serves many runs)."""
+    for root, dirs, files in os.walk(path, topdown=False):
+        for name in files:
+            os.unlink(os.path.join(root, name))
+        for name in dirs:
+            full = os.path.join(root, name)
+            os.chmod(full, 0o700) if not os.path.islink(full) else None
+            os.unlink(full) if os.path.islink(full) else os.rmdir(full)
+
+
+def framed(cfg_text):
+    """docker exec: one JSON in on stdin (cfg, files, stdin), one JSON out on stdout."""
+    msg = json.loads(sys.stdin.buffer.read() if cfg_text == "-" else cfg_text)
+    cfg = msg["cfg"]
+    for path in cfg.get("reset", ()):
+        reset_dir(path)
+    for name, b64 in msg["files"].items():
+        with open(os.path.join(cfg["cwd"], name), "wb") as f:
+            f.write(base64.b64decode(b64))
+    stdin_fd = os.memfd_create("stdin")
+    os.write(stdin_fd, base64.b64decode(msg["stdin"]))
+    os.lseek(stdin_fd, 0, 0)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    start = time.monotonic()
+    pid = spawn(cfg, stdin_fd, out_w, err_w)
+    for fd in (stdin_fd, out_w, err_w):
+        os.close(fd)
+    outcome, bufs = pump({out_r: bytearray(), err_r: bytearray()}, cfg["output_cap"],
+                         start + cfg["wall_s"])
+    if outcome:
+        kill_everyone_else(cfg, pid)
+    status, cpu = wait_for(pid, deadline=time.monotonic() + 2.0)
+    kill_everyone_else(cfg, pid)
+    report = status_fields(status, cpu)
+    report.update(read_collected(cfg["cwd"], cfg["collect"], cfg["collect_cap"]))
+    report.update(outcome=outcome, wall_s=time.monotonic() - start,
+                  stdout=base64.b64encode(bytes(bufs[out_r])).decode(),
+                  stderr=base64.b64encode(bytes(bufs[err_r])).decode())
+    sys.stdout.write(json.dumps(report))
+    sys.stdout.flush()
+
+
+def pump(bufs, cap, deadline):
+    """Read the program's pipes until EOF, the cap or the deadline; returns (outcome, bufs)."""
+    open_fds = set(bufs)
+    while open_fds:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return "timeout", bufs
+        ready, _, _ = select.select(list(open_fds), [], [], left)
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                open_fds.discard(fd)
+                continue
+            bufs[fd] += chunk
+            if len(bufs[fd]) > cap:
+                del bufs[fd][cap:]
+                return "output_limit", bufs
+    return None, bufs
+
+
+def main():
+    mode, cfg_text = sys.argv[1], sys.argv[2]
+    if mode == "direct":
+        direct(json.loads(cfg_text))
+    elif mode == "framed":
+        framed(cfg_text)
+    else:
+        raise SystemExit(f"sandbox launcher: unknown mode {mode!r} (direct, framed)")
+
+
+if __name__ == "__main__":
+    main()

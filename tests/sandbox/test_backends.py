@@ -1,0 +1,67 @@
+"""Every backend runs correct programs correctly: files in, collect out, stdin, exit codes."""
+
+from __future__ import annotations
+
+import pytest
+
+from scalerl.sandbox import Limits, available_backends, get_backend
+
+
+def test_files_are_written_and_collected(backend):
+    main = b"import json, sys\nopen('results.json', 'w').write(json.dumps(sys.stdin.read()))\n"
+    r = backend.run(["python", "main.py"], stdin=b"abc", files={"main.py": main, "d/x.txt": b"1"},
+                    collect=("results.json", "missing.json"))
+    assert r.status == "ok", r
+    assert r.extra == {"results.json": b'"abc"'}
+
+
+def test_exit_code_and_stderr_are_reported(backend):
+    r = backend.run(["python", "-c", "import sys; print('e', file=sys.stderr); sys.exit(3)"])
+    assert (r.status, r.exit_code, r.stderr) == ("runtime_error", 3, b"e\n")
+
+
+def test_uncaught_exception_is_runtime_error_with_traceback(backend):
+    r = backend.run(["python", "-c", "1/0"])
+    assert r.status == "runtime_error" and r.exit_code == 1
+    assert r.stderr.endswith(b"ZeroDivisionError: division by zero\n")
+    assert b"launcher" not in r.stderr and b"runpy" not in r.stderr
+
+
+def test_write_to_fd1_directly_and_1_3_mb_output_pass(backend):
+    r = backend.run(["python", "-c", "import os; os.write(1, b'x' * 1_300_000)"])
+    assert (r.status, len(r.stdout), r.truncated) == ("ok", 1_300_000, False)
+
+
+def test_isolated_interpreter_ignores_script_dir(backend):
+    """`python` means `python3 -I`: a planted json.py next to the script is not imported."""
+    files = {"main.py": b"import json; print(json.dumps(1))", "json.py": b"raise SystemExit(9)"}
+    r = backend.run(["python", "main.py"], files=files)
+    assert (r.status, r.stdout) == ("ok", b"1\n")
+
+
+def test_non_python_argv_runs(backend):
+    r = backend.run(["sh", "-c", "echo $((6*7))"])
+    assert (r.status, r.stdout) == ("ok", b"42\n")
+
+
+def test_bad_file_name_is_refused(backend):
+    with pytest.raises(ValueError, match="relative path"):
+        backend.run(["python", "-c", "pass"], files={"../x": b""})
+
+
+def test_unknown_backend_names_the_valid_ones():
+    with pytest.raises(ValueError, match="known: .*bwrap"):
+        get_backend("nope")
+
+
+def test_process_is_never_the_default():
+    if not any(ok for name, (ok, _) in available_backends().items() if name != "process"):
+        with pytest.raises(RuntimeError, match="must be named explicitly"):
+            get_backend()
+    else:
+        assert get_backend().name in ("bwrap", "docker")
+
+
+def test_timeout_is_reported_within_slack(backend):
+    r = backend.run(["python", "-c", "import time; time.sleep(30)"], limits=Limits(wall_s=1))
+    assert r.status == "timeout" and 1.0 <= r.wall_s < 2.0, r
