@@ -1,0 +1,210 @@
+"""The code verifier: extract the program, run it with its tests in ONE sandbox run, compare here.
+
+Test formats (JSON): `stdio` (inputs/outputs, per-line whitespace-tokenised comparison), `call`
+(fn_name, inputs, outputs) and `assert` (HumanEval `check`, turned into call tests by
+envs/code_asserts.py where it can be, else run by the two-process `check` mode of
+envs/code_harness.py). Expected values never enter the sandbox: the harness reports what the program
+produced, as strict tagged JSON framed by a per-run nonce, and this module compares. A test passes
+only on a well-formed, unique result that equals the expected value; no exit code alone, no
+"no exception". Covered and not covered: see `score_code`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from scalerl.envs.base import Score, reward_for, truncate
+from scalerl.envs.code_plan import Plan, TestFormatError, plan_tests
+from scalerl.envs.registry import Kind, register_kind
+from scalerl.sandbox.base import ExecResult, Limits
+
+CODE_SYSTEM_PROMPT = (
+    "Write a Python 3 solution. Think first if you like, then give the complete program in one "
+    "```python fenced block. Read from standard input and print to standard output, unless the "
+    "task names a function to write."
+)
+DEFAULT_TEST_TIMEOUT_S = 4.0
+MAX_RUN_WALL_S = 60.0
+HARNESS = Path(__file__).with_name("code_harness.py")
+_FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def extract_code(completion: str, requires_thinking: bool = False) -> str | None:
+    """The last fenced block after the thinking part; else the answer text itself; else None.
+
+    The answer part is what follows the last `</think>`; None when `requires_thinking` and there
+    is none, or a `<think>` was opened and never closed. An unclosed last fence (the generation
+    stopped) yields what follows it.
+    """
+    end = completion.rfind(_THINK_CLOSE)
+    if end >= 0:
+        answer = completion[end + len(_THINK_CLOSE):]
+    elif requires_thinking or _THINK_OPEN in completion:
+        return None
+    else:
+        answer = completion
+    blocks = _FENCE.findall(answer)
+    code = blocks[-1] if blocks else answer
+    return code if code.strip() else None
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """One test's verdict: `kind` is pass | wrong | error | timeout | missing (no result)."""
+
+    index: int
+    kind: str
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.kind == "pass"
+
+
+
+# --- running: one sandbox run per program, records framed by a per-run nonce ------------------
+def _backend(name: str | None) -> Any:
+    """The sandbox's shared Backend instance for `name` (None: the default, bwrap)."""
+    from scalerl.sandbox import get_backend
+
+    return get_backend(name)
+
+
+def default_limits(n_tests: int, test_timeout_s: float) -> Limits:
+    """Wall and CPU for the whole run: start-up plus every test's deadline, capped."""
+    wall = min(MAX_RUN_WALL_S, 3.0 + n_tests * test_timeout_s)
+    return Limits(wall_s=wall, cpu_s=wall, memory_mb=512, output_bytes=16 << 20)
+
+
+def parse_records(stdout: bytes, nonce: str, n_tests: int) -> tuple[dict[int, dict], set[int]]:
+    """Well-formed `<nonce> <json>` records by test index, and the indices seen more than once."""
+    prefix = (nonce + " ").encode()
+    records: dict[int, dict] = {}
+    repeated: set[int] = set()
+    for line in stdout.split(b"\n"):
+        if not line.startswith(prefix):
+            continue
+        try:
+            rec = json.loads(line[len(prefix):], parse_constant=_no_constant)
+        except (ValueError, RecursionError):
+            continue
+        i = rec.get("i") if isinstance(rec, dict) else None
+        if type(i) is not int or not 0 <= i < n_tests:
+            continue
+        if i in records:
+            repeated.add(i)
+        records[i] = rec
+    return records, repeated
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not strict JSON")
+
+
+def judge_run(plan: Plan, res: ExecResult, nonce: str) -> list[TestResult]:
+    """Every test's verdict: exactly one well-formed record each, judged by the plan."""
+    records, repeated = parse_records(res.stdout, nonce, plan.n_tests)
+    out = []
+    for i in range(plan.n_tests):
+        if i in repeated:
+            out.append(TestResult(i, "wrong", "several results for one test"))
+        elif i not in records:
+            out.append(TestResult(i, *_missing(res)))
+        else:
+            out.append(TestResult(i, *plan.judge(i, records[i])))
+    return out
+
+
+def _missing(res: ExecResult) -> tuple[str, str]:
+    if res.status == "timeout":
+        return "timeout", f"no result: the run passed its {res.detail or 'wall-time'} limit"
+    how = f"signal {res.signal}" if res.signal is not None else f"exit code {res.exit_code}"
+    tail = res.stderr[-300:].decode("utf-8", "replace")
+    return "wrong", f"no result: the program ended ({res.status}, {how}): {tail}"
+
+
+def verdict(results: list[TestResult], correct_reward: float, wrong_reward: float,
+            latency_s: float) -> Score:
+    """`correct` only when every test passed; `timeout` when only deadlines failed; else wrong."""
+    failed = [r for r in results if not r.passed]
+    n = len(results)
+    if not failed:
+        return Score("correct", correct_reward, f"{n}/{n} tests passed", latency_s)
+    status = "timeout" if all(r.kind == "timeout" for r in failed) else "wrong"
+    first = failed[0]
+    detail = f"{n - len(failed)}/{n} tests passed; test {first.index}: {first.detail}"
+    return Score(status, wrong_reward, truncate(detail, 500), latency_s)
+
+
+def score_code(
+    completion: str,
+    tests: Mapping[str, Any],
+    *,
+    requires_thinking: bool = False,
+    backend: str | None = None,
+    limits: Limits | None = None,
+    float_outputs: bool = False,
+    float_tol: float = 1e-6,
+    test_timeout_s: float = DEFAULT_TEST_TIMEOUT_S,
+    correct_reward: float = 1.0,
+    wrong_reward: float = -1.0,
+) -> Score:
+    """Verdict on one completion against its tests, from one sandbox run. Never raises.
+
+    Covered: the candidate never sees expected values (they stay here); its results come back
+    as strict JSON of plain types, so always-equal objects, builtin subclasses, NaN and patched
+    builtins cannot pass; exit codes, `sys.exit(0)`, `os._exit(0)` and BaseExceptions leave no
+    result and fail; several or forged result lines for one test fail; non-literal HumanEval
+    checks run in a separate trusted process from the candidate. Not covered: a program that
+    really computes the answers by other means than intended (e.g. special-casing the inputs).
+    """
+    start = time.monotonic()
+    code = extract_code(completion, requires_thinking)
+    if code is None:
+        return Score("no_answer", wrong_reward, "no code found in the completion")
+    try:
+        plan = plan_tests(tests, timeout_s=test_timeout_s,
+                          float_tol=float_tol if float_outputs or tests.get("float_outputs")
+                          else None)
+    except TestFormatError as e:
+        return Score("error", reward_for("error", correct_reward, wrong_reward), f"tests: {e}")
+    nonce = secrets.token_hex(16)
+    stdin = json.dumps(dict(plan.spec, nonce=nonce)).encode() + b"\n"
+    files = {"harness.py": _harness_source(), "prog.py": code.encode("utf-8", "replace")}
+    run_limits = limits or default_limits(plan.n_tests, test_timeout_s)
+    try:
+        res = _backend(backend).run(["python", "harness.py"], stdin=stdin, files=files,
+                                    limits=run_limits)
+    except Exception as e:  # a broken sandbox is the verifier's failure: `error`, never wrong
+        return Score("error", wrong_reward, truncate(f"sandbox: {type(e).__name__}: {e}"),
+                     time.monotonic() - start)
+    if res.status == "sandbox_error":
+        return Score("error", wrong_reward, truncate(f"sandbox error: {res.detail}"),
+                     time.monotonic() - start)
+    results = judge_run(plan, res, nonce)
+    return verdict(results, correct_reward, wrong_reward, time.monotonic() - start)
+
+
+@lru_cache(maxsize=1)
+def _harness_source() -> bytes:
+    return HARNESS.read_bytes()
+
+
+def _score_sample(sample: Any, completion: str, options: Mapping[str, Any]) -> Score:
+    if sample.tests is None:
+        return Score("error", options.get("wrong_reward", -1.0),
+                     f"sample {sample.id!r} has no tests")
+    return score_code(completion, sample.tests, **options)
+
+
+register_kind(Kind(name="code", score=_score_sample, gold_field="tests",
+                   system_prompt=CODE_SYSTEM_PROMPT))
