@@ -1,0 +1,235 @@
+"""The PipelineRL-k generator driver: keeps the Generator streaming while the trainer steps.
+
+A background thread draws prompts from a sampler, submits n rollouts per prompt to the Generator
+(which scores each completion as it finishes), and files completed groups into a `GroupBuffer`.
+Admission is paced by the lag bound (no prompt starts if it would be trained more than `max_lag`
+versions later), so nothing is discarded. Weights arrive through `trainer/publish.py`, which
+updates the Generator in flight; this module only reads `generator.version`. It does not train.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol
+
+from scalerl.envs.base import Sample
+from scalerl.rollout.buffer import Batch, BufferClosed, GroupBuffer, PromptGroup, lag_metrics
+from scalerl.rollout.types import Budget, Rollout
+
+
+class GeneratorLike(Protocol):
+    """What the pipeline needs of `rollout.engine.Generator`."""
+
+    @property
+    def version(self) -> int: ...
+
+    def generate(self, samples: list[Sample], *, n: int, budget: Budget, temperature: float,
+                 seed: int | None, scorer: Any = None) -> list[Rollout]: ...
+
+
+Sampler = Callable[[], Sample]
+"""Returns the next training prompt; raises StopIteration when there are no more. May expose
+`state_dict()`/`load_state_dict()`, saved atomically with the buffer."""
+
+
+class PipelineRL:
+    """Drive `generator` continuously; hand the trainer ordered, lag-bounded batches.
+
+    Per-prompt seed: `seed + seq * n` (rollout i of prompt seq gets the engine's derivation
+    from that), so regenerating a prompt after resume reuses its seed.
+    """
+
+    def __init__(self, generator: GeneratorLike, sampler: Sampler, *, n: int,
+                 groups_per_batch: int, max_lag: int, budget: Budget, temperature: float = 1.0,
+                 seed: int = 0, scorer: Any = None, max_in_flight: int | None = None,
+                 trainer_version: int = 0, poll_s: float = 0.05):
+        if n <= 0:
+            raise ValueError(f"n (rollouts per prompt) must be > 0, got {n}")
+        self.generator, self.sampler = generator, sampler
+        self.n, self.budget, self.temperature, self.seed, self.scorer = (
+            n, budget, temperature, seed, scorer)
+        self.buffer = GroupBuffer(groups_per_batch, max_lag, trainer_version=trainer_version)
+        self.max_in_flight = max_in_flight or groups_per_batch * (max_lag + 1)
+        if self.max_in_flight <= 0:
+            raise ValueError(f"max_in_flight must be > 0, got {self.max_in_flight}")
+        self.poll_s = poll_s
+        self._admit_lock = threading.Lock()  # sampler draw + admit vs state_dict
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._error: BaseException | None = None
+        self._exhausted = False
+        self._clock = _IdleClock()
+        self._trainer_wait_s = 0.0
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> PipelineRL:
+        if self._thread is not None:
+            raise RuntimeError("PipelineRL.start: already started")
+        self._pool = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="pipelinerl-gen")
+        self._clock.start()
+        self._thread = threading.Thread(target=self._run, name="pipelinerl-driver", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Stop admitting, wait up to `timeout_s` for running prompts, stop the thread."""
+        self._stop.set()
+        self.buffer.notify()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                raise TimeoutError(f"PipelineRL.stop: driver still running after {timeout_s}s")
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self.buffer.close(self._error)
+
+    def __enter__(self) -> PipelineRL:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- driver ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set() and self._error is None:
+                self._admit()
+                for seq, sample in self.buffer.claim_queued():
+                    self._submit(seq, sample)
+                self.buffer.wait(self.poll_s)
+        except BaseException as e:  # noqa: BLE001 - recorded, closes the buffer, re-raised there
+            self._fail(e)
+
+    def _admit(self) -> None:
+        with self._admit_lock:
+            while (not self._exhausted and self._clock.in_flight + self._queued()
+                   < self.max_in_flight and self.buffer.admissible(self.generator.version)):
+                try:
+                    sample = self.sampler()
+                except StopIteration:
+                    self._exhausted = True
+                    return
+                self.buffer.admit(sample)
+
+    def _queued(self) -> int:
+        return self.buffer.counts()["queued"]
+
+    def _submit(self, seq: int, sample: Sample) -> None:
+        assert self._pool is not None
+        self._clock.begin()
+        fut = self._pool.submit(self._generate, seq, sample)
+        fut.add_done_callback(self._done)
+
+    def _generate(self, seq: int, sample: Sample) -> None:
+        rollouts = self.generator.generate(
+            [sample], n=self.n, budget=self.budget, temperature=self.temperature,
+            seed=self.seed + seq * self.n, scorer=self.scorer)
+        if len(rollouts) != self.n:
+            raise RuntimeError(f"generator returned {len(rollouts)} rollouts for sample "
+                               f"{sample.id!r} (seq {seq}), expected n={self.n}")
+        self.buffer.put(PromptGroup(seq, sample, tuple(rollouts)))
+
+    def _done(self, fut: Future) -> None:
+        self._clock.end()
+        if not fut.cancelled() and fut.exception() is not None:
+            self._fail(fut.exception())  # type: ignore[arg-type]
+        self.buffer.notify()
+
+    def _fail(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+        self.buffer.close(error)
+
+    # -- trainer side ---------------------------------------------------------------------
+    def take_batch(self, trainer_version: int, timeout_s: float) -> Batch:
+        """The next B groups, lag <= max_lag (see `GroupBuffer.take_batch`). Raises the
+        pipeline's own error (chained) if generation failed, BufferTimeout after `timeout_s`."""
+        if self._thread is None:
+            raise RuntimeError("PipelineRL.take_batch: call start() first")
+        if self._exhausted and self.buffer.counts() == {"queued": 0, "running": 0, "done": 0}:
+            raise StopIteration("PipelineRL: the sampler is exhausted and the buffer is empty")
+        try:
+            batch = self.buffer.take_batch(trainer_version, timeout_s)
+        except BufferClosed as e:
+            if self._error is not None:
+                raise RuntimeError(f"PipelineRL generation failed: {self._error!r}") \
+                    from self._error
+            raise e
+        self._trainer_wait_s += batch.wait_s
+        return batch
+
+    def metrics(self, batch: Batch | None = None) -> dict[str, float]:
+        """Lag of `batch`'s rollouts, idle seconds and shares since start, buffer occupancy."""
+        wall = max(self._clock.elapsed(), 1e-9)
+        gen_idle = self._clock.idle_s()
+        counts = self.buffer.counts()
+        out = {"async/generator_idle_s": gen_idle, "async/generator_idle_frac": gen_idle / wall,
+               "async/trainer_wait_s": self._trainer_wait_s,
+               "async/trainer_idle_frac": self._trainer_wait_s / wall,
+               "async/in_flight": float(self._clock.in_flight),
+               "async/buffered_groups": float(counts["done"]),
+               "async/regenerated_total": float(self.buffer.regenerated_total)}
+        if batch is not None:
+            out.update(lag_metrics(batch.lags))
+            out["async/batch_wait_s"] = batch.wait_s
+        return out
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Buffer (completed groups, in-flight prompts) and sampler position, taken together so
+        that every prompt drawn from the sampler is in the buffer's state."""
+        with self._admit_lock:
+            sampler_state = getattr(self.sampler, "state_dict", None)
+            return {"buffer": self.buffer.state_dict(),
+                    "sampler": sampler_state() if sampler_state else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore before `start()`: in-flight prompts are regenerated first, then new ones."""
+        if self._thread is not None:
+            raise RuntimeError("PipelineRL.load_state_dict: call before start()")
+        self.buffer.load_state_dict(state["buffer"])
+        if state.get("sampler") is not None:
+            loader = getattr(self.sampler, "load_state_dict", None)
+            if loader is None:
+                raise TypeError("checkpoint has a sampler state but this sampler has no "
+                                "load_state_dict()")
+            loader(state["sampler"])
+
+
+class _IdleClock:
+    """Counts running prompts; accumulates wall time during which none is running."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.in_flight = 0
+        self._t0 = self._idle_since = time.monotonic()
+        self._idle = 0.0
+
+    def start(self) -> None:
+        with self._lock:
+            self._t0 = self._idle_since = time.monotonic()
+            self._idle = 0.0
+
+    def begin(self) -> None:
+        with self._lock:
+            if self.in_flight == 0:
+                self._idle += time.monotonic() - self._idle_since
+            self.in_flight += 1
+
+    def end(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._idle_since = time.monotonic()
+
+    def idle_s(self) -> float:
+        with self._lock:
+            extra = time.monotonic() - self._idle_since if self.in_flight == 0 else 0.0
+            return self._idle + extra
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self._t0
