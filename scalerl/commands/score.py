@@ -1,0 +1,217 @@
+"""`scalerl score [FILE|-]`: score model outputs offline, JSONL in, JSONL out, in input order.
+
+A row is `{"id", "kind", "completion", <the kind's gold field>}` or `{"id", "task", "sample_id",
+"completion"}`. Rows are scored by a thread pool calling the kind's (or task's) score function
+(math goes through the verifier process pool, code through the sandbox) and each output row is
+written and flushed as soon as it and every earlier row are done, so an interrupted run keeps
+what it scored. A malformed row stops the run (after earlier rows are written) with exit 2, or is
+reported and skipped with `--skip-bad`. The summary goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import IO, Any
+
+from scalerl.envs.base import STATUSES, Sample, Score, dumps, reward_for, truncate
+from scalerl.envs.registry import UnknownTaskError, get_kind, get_task
+
+HELP = "score model outputs offline (JSONL rows in, one verdict per row out, in input order)"
+
+
+class BadRow(ValueError):
+    """A malformed input row; the message says what is wrong (the caller adds the line)."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One input row, resolved: its id and a call that scores it."""
+
+    line: int
+    id: Any
+    score: Callable[[], Score]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("input", nargs="?", default="-", help="JSONL file, or - for stdin")
+    parser.add_argument("--out", default="-", help="output JSONL file (default: stdout)")
+    parser.add_argument("--workers", type=int, default=4, help="rows scored concurrently (4)")
+    parser.add_argument("--skip-bad", action="store_true",
+                        help="report malformed rows on stderr and skip them instead of stopping")
+    parser.add_argument("--spec", action="append", default=[], metavar="FILE",
+                        help="register a YAML/JSON task spec first, for task rows (repeatable)")
+
+
+# --- rows -> jobs -------------------------------------------------------------------------------
+class Resolver:
+    """Turns rows into Jobs; caches each task's sample index (id -> Sample)."""
+
+    def __init__(self) -> None:
+        self._index: dict[str, dict[str, Sample]] = {}
+
+    def job(self, text: str, line: int) -> Job:
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BadRow(f"invalid JSON ({exc.msg} at column {exc.colno})") from exc
+        if not isinstance(row, dict):
+            raise BadRow(f"expected a JSON object, got {type(row).__name__}")
+        if row.get("id") is None:
+            raise BadRow('missing "id"')
+        if not isinstance(row.get("completion"), str):
+            raise BadRow('"completion" must be a string')
+        if "task" in row:
+            return self._task_job(row, line)
+        if "kind" in row:
+            return _kind_job(row, line)
+        raise BadRow('a row needs "kind" (with its gold field) or "task" and "sample_id"')
+
+    def _task_job(self, row: Mapping[str, Any], line: int) -> Job:
+        name, sample_id = str(row["task"]), row.get("sample_id")
+        if sample_id is None:
+            raise BadRow('a "task" row needs "sample_id"')
+        try:
+            task = get_task(name)
+        except UnknownTaskError as exc:
+            raise BadRow(str(exc)) from exc
+        if name not in self._index:
+            try:
+                samples = [s for split in task.splits for s in task.samples(split)]
+            except ValueError as exc:  # DataError included: the task's data cannot be read
+                raise BadRow(f"task {name!r} cannot load its samples: {exc}") from exc
+            self._index[name] = {s.id: s for s in samples}
+        sample = self._index[name].get(str(sample_id))
+        if sample is None:
+            raise BadRow(f"task {name!r} has no sample {str(sample_id)!r}")
+        completion = row["completion"]
+        return Job(line, row["id"], lambda: task.score(sample, completion))
+
+
+def _kind_job(row: Mapping[str, Any], line: int) -> Job:
+    try:
+        kind = get_kind(str(row["kind"]))
+    except UnknownTaskError as exc:
+        raise BadRow(str(exc)) from exc
+    gold = row.get(kind.gold_field)
+    if gold is None or gold == "":
+        raise BadRow(f'a "{kind.name}" row needs "{kind.gold_field}"')
+    if kind.gold_field == "answer":
+        if isinstance(gold, bool) or not isinstance(gold, str | int | float):
+            raise BadRow('"answer" must be a string or a number')
+        gold = str(gold)
+    options = row.get("options") or {}
+    if not isinstance(options, dict):
+        raise BadRow('"options" must be an object')
+    sample = Sample(id=str(row["id"]), task=f"<{kind.name}>", prompt="", **{kind.gold_field: gold})
+    completion = row["completion"]
+    return Job(line, row["id"], lambda: kind.score(sample, completion, options))
+
+
+def run_job(job: Job) -> dict[str, Any]:
+    """The output row for one job. A score function that raises is an `error` row, not a 0."""
+    t0 = time.monotonic()
+    try:
+        score = job.score()
+    except Exception as exc:  # the verifier's own failure is reported as status `error`
+        score = Score("error", reward_for("error"), truncate(f"{type(exc).__name__}: {exc}"))
+    return {
+        "id": job.id, "status": score.status, "reward": score.reward,
+        "detail": score.detail, "latency_s": round(time.monotonic() - t0, 6),
+    }
+
+
+# --- the ordered streaming loop -----------------------------------------------------------------
+def _writer(
+    futures: queue.Queue, out: IO[str], counts: collections.Counter, failed: list[str]
+) -> None:
+    """Write rows in input order, each as soon as it and all earlier ones are done. After a
+    write error it keeps draining (so the reader never blocks) and records the error."""
+    while (fut := futures.get()) is not None:
+        row = fut.result()
+        if failed:
+            continue
+        try:
+            out.write(dumps(row) + "\n")
+            out.flush()
+        except OSError as exc:
+            failed.append(f"cannot write output: {exc}")
+            continue
+        counts[row["status"]] += 1
+
+
+def score_lines(
+    lines: Iterable[str], out: IO[str], err: IO[str], *, workers: int, skip_bad: bool
+) -> tuple[collections.Counter, int, str | None]:
+    """(counts by status, rows skipped, the fatal `line N: ...` message or None)."""
+    counts: collections.Counter = collections.Counter()
+    futures: queue.Queue[Future | None] = queue.Queue(maxsize=4 * workers)  # backpressure
+    failed: list[str] = []
+    writer = threading.Thread(target=_writer, args=(futures, out, counts, failed), daemon=True)
+    writer.start()
+    resolver, skipped, fatal = Resolver(), 0, None
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="score")
+    try:
+        for n, text in enumerate(lines, start=1):
+            if not text.strip():
+                continue
+            try:
+                job = resolver.job(text, n)
+            except BadRow as exc:
+                if not skip_bad:
+                    fatal = f"line {n}: {exc}"
+                    break
+                skipped += 1
+                print(f"line {n}: {exc} (skipped)", file=err)
+                continue
+            futures.put(pool.submit(run_job, job))
+    finally:
+        futures.put(None)
+        writer.join()
+        pool.shutdown(wait=True, cancel_futures=True)
+    return counts, skipped, fatal or (failed[0] if failed else None)
+
+
+def summary(counts: Mapping[str, int], skipped: int, seconds: float) -> str:
+    total = sum(counts.values())
+    by_status = ", ".join(f"{s} {counts.get(s, 0)}" for s in STATUSES)
+    text = f"scored {total} rows in {seconds:.2f} s ({total / max(seconds, 1e-9):.1f} rows/s): "
+    return text + by_status + (f"; skipped {skipped} malformed rows" if skipped else "")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.workers < 1:
+        print(f"scalerl score: --workers must be >= 1, got {args.workers}", file=sys.stderr)
+        return 2
+    try:
+        if args.spec:
+            from scalerl.commands.tasks import register_specs
+
+            register_specs(args.spec)
+        src = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")  # noqa: SIM115
+        out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")  # noqa: SIM115
+    except (OSError, ValueError, RuntimeError) as exc:
+        print(f"scalerl score: {exc}", file=sys.stderr)
+        return 2
+    t0 = time.monotonic()
+    try:
+        counts, skipped, fatal = score_lines(
+            src, out, sys.stderr, workers=args.workers, skip_bad=args.skip_bad
+        )
+    finally:
+        for f in (src, out):
+            if f not in (sys.stdin, sys.stdout):
+                f.close()
+    print(summary(counts, skipped, time.monotonic() - t0), file=sys.stderr)
+    if fatal:
+        print(f"scalerl score: {fatal}", file=sys.stderr)
+        return 2
+    return 0
