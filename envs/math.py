@@ -36,7 +36,6 @@ WORKERS_ENV = "SCALERL_VERIFY_WORKERS"
 
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _DELIMITERS = ("$", "\\(", "\\[", "\\boxed", "\\fbox")
-_LATEX_HINT = re.compile(r"[\\^_{}]")
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BOXED_JOIN = re.compile(r"^[\s$]*(?:,?\s*and|,?\s*or|,)?[\s$]*$")
 
@@ -207,16 +206,15 @@ def check_answer(answer: str, gold: str, boxed_only: bool) -> tuple[str, str]:
 
 @functools.lru_cache(maxsize=4096)
 def parse_gold(gold: str) -> tuple:
-    """Gold parsed once per worker. Raw LaTeX (no math delimiters) is wrapped in $...$."""
+    """Gold parsed once per worker. A gold without math delimiters (raw LaTeX or text, as MATH and
+    Polaris store it) is parsed as `$gold$`, then as plain text if that yields nothing: raw,
+    math-verify reads `2\\sqrt{3}` as 2, `-2,1` as -2.1 and `\\sqrt{2}` as nothing."""
     from math_verify import parse
 
     text = gold.strip()
-    if not any(d in text for d in _DELIMITERS) and _LATEX_HINT.search(text):
-        text = f"${text}$"
-    parsed = parse(text, parsing_timeout=None)
-    if not parsed and not text.startswith("$"):
-        parsed = parse(f"${text}$", parsing_timeout=None)
-    return tuple(parsed)
+    if any(d in text for d in _DELIMITERS):
+        return tuple(parse(text, parsing_timeout=None))
+    return tuple(parse(f"${text}$", parsing_timeout=None) or parse(text, parsing_timeout=None))
 
 
 def parse_answer(answer: str, boxed_only: bool) -> list:
