@@ -1,0 +1,127 @@
+"""From scored groups of rollouts to the padded tensors one optimizer step trains on.
+
+`prepare_groups` applies the truncation policy, zero-variance filtering and the prompt-retirement
+bookkeeping; `collate` computes advantages and the aggregation weights over the WHOLE global batch
+and pads everything, so any split into micro-batches or ranks (`TrainBatch.select`) trains on
+exactly the same loss. No model and no optimiser here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from scalerl.envs.base import reward_for
+from scalerl.trainer.advantages import compute_advantages
+from scalerl.trainer.filters import (
+    Group,
+    PromptRetirement,
+    apply_truncation,
+    is_zero_variance,
+    pass_rate,
+)
+from scalerl.trainer.losses import aggregation_weights
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class TrainBatch:
+    """Padded tensors of B completions; (B, L) for inputs, (B, T) for completion tokens."""
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    prompt_lens: Tensor
+    completion_lens: Tensor
+    old_logprobs: Tensor
+    """Generator logprobs; 0 where forced or padding (masked out)."""
+    mask: Tensor
+    """1 for sampled completion tokens, 0 for forced (interruption) tokens and padding."""
+    advantages: Tensor
+    """(B, 1)"""
+    weights: Tensor
+    """Aggregation weights over the global batch: the loss is sum(weights * per_token)."""
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def select(self, rows: Tensor) -> TrainBatch:
+        """The rows `rows` (1-D index), trimmed to their own longest sequence."""
+        parts = {f.name: getattr(self, f.name)[rows] for f in fields(self)}
+        seq = int((parts["prompt_lens"] + parts["completion_lens"]).max())
+        width = int(parts["completion_lens"].max())
+        for name in ("input_ids", "attention_mask"):
+            parts[name] = parts[name][:, :seq]
+        for name in ("old_logprobs", "mask", "weights"):
+            parts[name] = parts[name][:, :width]
+        return TrainBatch(**parts)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.attention_mask.sum())
+
+
+@dataclass(frozen=True)
+class GroupReport:
+    """What filtering did to one step's groups (for metrics)."""
+
+    groups_in: int
+    zero_variance: int
+    retired: int
+    truncated_dropped: int
+
+
+def map_rewards(group: Group, correct: float, wrong: float) -> list[float]:
+    return [reward_for(r.score.status, correct, wrong) for r in group]
+
+
+def prepare_groups(groups: list[Group], *, truncation: str, correct_reward: float,
+                   wrong_reward: float, zero_variance_filter: bool,
+                   retirement: PromptRetirement) -> tuple[list[Group], GroupReport]:
+    """Truncation policy, then NPR bookkeeping, then zero-variance filtering (no refilling)."""
+    kept, zero_var, retired, dropped = [], 0, 0, 0
+    for group in groups:
+        trimmed = apply_truncation(group, truncation, wrong_reward)
+        dropped += len(group) - len(trimmed)
+        if not trimmed:
+            continue
+        first = trimmed[0]
+        retired += retirement.observe(f"{first.task}/{first.sample_id}", pass_rate(trimmed))
+        if zero_variance_filter and is_zero_variance(map_rewards(trimmed, correct_reward,
+                                                                 wrong_reward)):
+            zero_var += 1
+            continue
+        kept.append(trimmed)
+    return kept, GroupReport(len(groups), zero_var, retired, dropped)
+
+
+def _pad(rows: list[list[float]], value: float, dtype: torch.dtype) -> Tensor:
+    width = max(len(r) for r in rows)
+    return torch.tensor([list(r) + [value] * (width - len(r)) for r in rows], dtype=dtype)
+
+
+def collate(groups: list[Group], *, normalise: str, aggregation: str, correct_reward: float,
+            wrong_reward: float, pad_id: int, eps: float = 1e-6) -> TrainBatch:
+    """Advantages and aggregation weights over all `groups`, then right-padded tensors."""
+    rollouts = [r for g in groups for r in g]
+    if not rollouts:
+        raise ValueError("collate: no rollouts left to train on")
+    group_ids = torch.tensor([i for i, g in enumerate(groups) for _ in g])
+    rewards = torch.tensor([x for g in groups for x in map_rewards(g, correct_reward,
+                                                                   wrong_reward)])
+    advantages = compute_advantages(rewards, group_ids, normalise=normalise, eps=eps)
+    seqs = [list(r.prompt_token_ids) + list(r.token_ids) for r in rollouts]
+    input_ids = _pad(seqs, pad_id, torch.long)
+    attention = _pad([[1] * len(s) for s in seqs], 0, torch.long)
+    old = [[0.0 if lp is None else lp for lp in r.logprobs] for r in rollouts]
+    mask = _pad([[0.0 if lp is None else 1.0 for lp in r.logprobs] for r in rollouts], 0.0,
+                torch.float32)
+    return TrainBatch(
+        input_ids=input_ids, attention_mask=attention,
+        prompt_lens=torch.tensor([len(r.prompt_token_ids) for r in rollouts]),
+        completion_lens=torch.tensor([max(len(r.token_ids), 1) for r in rollouts]),
+        old_logprobs=_pad(old, 0.0, torch.float32), mask=mask,
+        advantages=advantages.unsqueeze(-1),
+        weights=aggregation_weights(aggregation, mask, group_ids),
+    )

@@ -1,0 +1,139 @@
+"""One optimizer step on a global `TrainBatch`: shard over ranks, micro-batch, backward, clip, step.
+
+The aggregation weights were computed over the global batch, so the step sums weighted micro-batch
+losses (no averaging over micro-batches) and scales by the world size to undo DDP's gradient mean:
+any (ranks x micro-batches) split gives the gradient of the one big batch. Returns the step's
+statistics reduced over ranks. No data loading, no generation, no logging here.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from scalerl.trainer.batch import TrainBatch
+from scalerl.trainer.losses import aggregate, get_loss
+from scalerl.trainer.policy import token_stats
+
+Tensor = torch.Tensor
+SUM_KEYS = ("loss", "tokens", "entropy", "mismatch_kl", "clip_frac", "cispo_trunc_frac",
+            "is_ratio")
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """Plain values one step needs (from the trainer config)."""
+
+    loss: str
+    loss_kwargs: dict
+    micro_batch_size: int
+    temperature: float
+    fp32_head: bool
+    max_grad_norm: float | None
+
+
+def shard_rows(n_rows: int, rank: int, world: int, micro_batch_size: int) -> list[Tensor]:
+    """This rank's rows of the global batch, cut into the same number of micro-batches on every
+    rank (DDP needs equal backward counts); an empty chunk is returned as an empty index."""
+    mine = torch.arange(rank, n_rows, world)
+    per_rank = math.ceil(n_rows / world)
+    n_micro = max(1, math.ceil(per_rank / micro_batch_size))
+    return [mine[i * micro_batch_size:(i + 1) * micro_batch_size] for i in range(n_micro)]
+
+
+def _micro_loss(model, mb: TrainBatch, s: StepSettings) -> tuple[Tensor, dict[str, Tensor]]:
+    """Weighted loss of one micro-batch and its per-token statistic sums."""
+    stats = token_stats(model, mb.input_ids, mb.attention_mask, mb.prompt_lens,
+                        mb.completion_lens, temperature=s.temperature, fp32_head=s.fp32_head)
+    spec = get_loss(s.loss)
+    per_token, loss_stats = spec.fn(stats.logprobs, mb.old_logprobs, mb.advantages, mb.mask,
+                                    **s.loss_kwargs)
+    loss = aggregate(per_token, mb.weights)
+    m = mb.mask
+    log_ratio = (stats.logprobs.detach() - mb.old_logprobs) * m
+    ratio = torch.exp(log_ratio)
+    sums = {
+        "loss": loss.detach(),
+        "tokens": m.sum(),
+        "entropy": (stats.entropy * m).sum(),
+        "mismatch_kl": ((ratio - 1 - log_ratio) * m).sum(),  # k3 estimator of KL(gen || train)
+        "clip_frac": (loss_stats.get("clip_frac", torch.zeros_like(m)) * m).sum(),
+        "cispo_trunc_frac": (loss_stats.get("cispo_trunc_frac", torch.zeros_like(m)) * m).sum(),
+        "is_ratio": (ratio * m).sum(),
+        "is_ratio_min": torch.where(m > 0, ratio, torch.inf).min(),
+        "is_ratio_max": torch.where(m > 0, ratio, -torch.inf).max(),
+    }
+    return loss, sums
+
+
+def _empty_like(batch: TrainBatch) -> TrainBatch:
+    """A one-row micro-batch with zero weight and zero mask (keeps DDP ranks in step)."""
+    row = batch.select(torch.tensor([0]))
+    zeros = torch.zeros_like(row.mask)
+    return TrainBatch(**{**row.__dict__, "mask": zeros, "weights": zeros})
+
+
+def train_step(accelerator, model, optimizer, scheduler, batch: TrainBatch,
+               s: StepSettings) -> dict[str, float]:
+    """Backward over this rank's micro-batches, clip, optimizer and scheduler step."""
+    chunks = shard_rows(len(batch), accelerator.process_index, accelerator.num_processes,
+                        s.micro_batch_size)
+    totals: dict[str, Tensor] = {}
+    model.train()
+    for i, rows in enumerate(chunks):
+        mb = batch.select(rows) if len(rows) else _empty_like(batch)
+        mb = TrainBatch(**{k: v.to(accelerator.device) for k, v in mb.__dict__.items()})
+        last = i == len(chunks) - 1
+        ctx = accelerator.no_sync(model) if not last else nullcontext()
+        with ctx:
+            loss, sums = _micro_loss(model, mb, s)
+            accelerator.backward(loss * accelerator.num_processes)
+        for k, v in sums.items():
+            totals[k] = _combine(k, totals.get(k), v.detach().float())
+    grad_norm = _clip(accelerator, model, s.max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return _reduce(accelerator, totals) | {"grad_norm": grad_norm}
+
+
+def _combine(key: str, old: Tensor | None, new: Tensor) -> Tensor:
+    if old is None:
+        return new
+    if key == "is_ratio_min":
+        return torch.minimum(old, new)
+    if key == "is_ratio_max":
+        return torch.maximum(old, new)
+    return old + new
+
+
+def _clip(accelerator, model, max_norm: float | None) -> float:
+    if max_norm is None:
+        max_norm = float("inf")
+    norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
+    return float(norm)
+
+
+def _reduce(accelerator, totals: dict[str, Tensor]) -> dict[str, float]:
+    """Sums over ranks; means per trained token; min/max of the ratio."""
+    out: dict[str, float] = {}
+    if accelerator.num_processes > 1:
+        extremes = {"is_ratio_min": _gather(accelerator, totals["is_ratio_min"]).min(),
+                    "is_ratio_max": _gather(accelerator, totals["is_ratio_max"]).max()}
+        totals = {k: accelerator.reduce(v, reduction="sum") for k, v in totals.items()
+                  if k not in extremes} | extremes
+    tokens = max(float(totals["tokens"]), 1.0)
+    out["loss"] = float(totals["loss"])
+    out["train_tokens"] = float(totals["tokens"])
+    for key in SUM_KEYS[2:]:
+        out[key] = float(totals[key]) / tokens
+    out["is_ratio_min"] = float(totals["is_ratio_min"])
+    out["is_ratio_max"] = float(totals["is_ratio_max"])
+    return out
+
+
+def _gather(accelerator, value: Tensor) -> Tensor:
+    return accelerator.gather(value.reshape(1))
