@@ -1,0 +1,266 @@
+"""Held-out evaluation: unbiased pass@k and mean@n, per-task aggregation, and `evaluate()`.
+
+`aggregate()` turns scored rollouts (`Rollout` objects or `scalerl generate` rows) into per-task
+and overall figures; `evaluate()` generates on a task's held-out split and aggregates. The trainer's
+`val/...` metrics and `scalerl eval` both go through these functions. No files, caching or plots
+here (that is `scalerl/eval.py`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from scalerl.envs.base import STATUSES, Sample, Task
+from scalerl.rollout.types import FINISH_REASONS, Budget, Rollout
+
+
+class RowError(ValueError):
+    """A rollout row that cannot be aggregated; the message names the field and what is valid."""
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one sample with `c` correct among `n` rollouts (Chen et al. 2021).
+
+    1 - C(n-c, k) / C(n, k), computed as the numerically stable product
+    1 - prod_{i=n-c+1}^{n} (1 - k/i) (their Fig. 3), never as max-over-n.
+    """
+    if not 0 <= c <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n, got n={n} c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n, got n={n} k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+@dataclass(frozen=True)
+class Record:
+    """What aggregation needs from one scored rollout."""
+
+    task: str
+    sample_id: str
+    status: str
+    finish_reason: str | None = None
+    length: int | None = None
+    """Completion tokens (forced interruption tokens included)."""
+    thinking_tokens: int | None = None
+    answer_tokens: int | None = None
+
+    @property
+    def correct(self) -> bool:
+        return self.status == "correct"
+
+
+def record_from_rollout(r: Rollout) -> Record:
+    return Record(r.task, r.sample_id, r.score.status, r.finish_reason, len(r.token_ids),
+                  r.thinking_tokens, r.answer_tokens)
+
+
+def _opt_int(row: Mapping[str, Any], key: str) -> int | None:
+    value = row.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise RowError(f"field {key!r} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def record_from_row(row: Mapping[str, Any]) -> Record:
+    """A `Record` from one JSONL row; raises RowError naming the bad field."""
+    if not isinstance(row, Mapping):
+        raise RowError(f"expected a JSON object, got {type(row).__name__}")
+    for key in ("task", "sample_id", "status"):
+        if key not in row:
+            raise RowError(f"missing field {key!r} (rows need task, sample_id, status)")
+    task, sample_id, status = row["task"], row["sample_id"], row["status"]
+    if not isinstance(task, str) or not task:
+        raise RowError(f"field 'task' must be a non-empty string, got {task!r}")
+    if not isinstance(sample_id, str | int) or isinstance(sample_id, bool):
+        raise RowError(f"field 'sample_id' must be a string or integer, got {sample_id!r}")
+    if status not in STATUSES:
+        raise RowError(f"field 'status' is {status!r}; valid: {', '.join(STATUSES)}")
+    finish = row.get("finish_reason")
+    if finish is not None and finish not in FINISH_REASONS:
+        raise RowError(f"field 'finish_reason' is {finish!r}; valid: {', '.join(FINISH_REASONS)}")
+    token_ids = row.get("token_ids")
+    if token_ids is not None and not isinstance(token_ids, list):
+        raise RowError(f"field 'token_ids' must be a list, got {type(token_ids).__name__}")
+    return Record(task, str(sample_id), status, finish,
+                  len(token_ids) if token_ids is not None else None,
+                  _opt_int(row, "thinking_tokens"), _opt_int(row, "answer_tokens"))
+
+
+def to_records(items: Iterable[Rollout | Mapping[str, Any] | Record]) -> list[Record]:
+    out = []
+    for item in items:
+        if isinstance(item, Record):
+            out.append(item)
+        elif isinstance(item, Rollout):
+            out.append(record_from_rollout(item))
+        else:
+            out.append(record_from_row(item))
+    return out
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """Figures for one task (or `overall`: all samples of all tasks pooled, each weighing one)."""
+
+    name: str
+    samples: int
+    rollouts: int
+    n_min: int
+    n_max: int
+    pass_at: dict[int, float | None]
+    """Mean unbiased pass@k over samples; None where some sample has fewer than k rollouts."""
+    mean_at_n: float
+    """Mean over samples of the sample's fraction of correct rollouts (mean@n)."""
+    status_frac: dict[str, float]
+    truncated_frac: float | None
+    interrupted_frac: float | None
+    mean_length: float | None
+    mean_thinking_tokens: float | None
+    mean_answer_tokens: float | None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def mean_key(self) -> str:
+        return f"mean@{self.n_min}" if self.n_min == self.n_max else "mean@n"
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {f"pass@{k}": v for k, v in self.pass_at.items()}
+        d[self.mean_key] = self.mean_at_n
+        d.update(samples=self.samples, rollouts=self.rollouts,
+                 n=self.n_min if self.n_min == self.n_max else [self.n_min, self.n_max])
+        d.update({f"{s}_frac": v for s, v in self.status_frac.items() if s != "correct"})
+        d.update(truncated_frac=self.truncated_frac, interrupted_frac=self.interrupted_frac,
+                 mean_length=self.mean_length, mean_thinking_tokens=self.mean_thinking_tokens,
+                 mean_answer_tokens=self.mean_answer_tokens)
+        if self.notes:
+            d["notes"] = list(self.notes)
+        return d
+
+    def metrics(self, prefix: str) -> dict[str, float]:
+        """Flat numeric metrics under `prefix` (None values left out)."""
+        keys = [f"pass@{k}" for k in self.pass_at] + [self.mean_key, "truncated_frac",
+                                                       "interrupted_frac", "error_frac",
+                                                       "timeout_frac", "mean_length"]
+        d = self.to_dict()
+        return {f"{prefix}/{k}": float(d[k]) for k in keys if d.get(k) is not None}
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    tasks: dict[str, TaskResult]
+    overall: TaskResult
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tasks": {name: r.to_dict() for name, r in self.tasks.items()},
+                "overall": self.overall.to_dict()}
+
+    def metrics(self, prefix: str = "val") -> dict[str, float]:
+        """`{prefix}/{task}/pass@1`, ... per task and `{prefix}/pass@1`, ... overall."""
+        out = self.overall.metrics(prefix)
+        for name, r in self.tasks.items():
+            out.update(r.metrics(f"{prefix}/{name}"))
+        return out
+
+
+def _mean_or_none(values: Sequence[int | None]) -> float | None:
+    if not values or any(v is None for v in values):
+        return None
+    return float(np.mean(values))
+
+
+def _frac_or_none(records: Sequence[Record], reason: str) -> float | None:
+    if any(r.finish_reason is None for r in records):
+        return None
+    return sum(r.finish_reason == reason for r in records) / len(records)
+
+
+def summarize(name: str, records: Sequence[Record], ks: Sequence[int]) -> TaskResult:
+    """Figures for one group of records (grouped by (task, sample_id) into samples)."""
+    if not records:
+        raise ValueError(f"{name}: no rollouts to aggregate")
+    groups: dict[tuple[str, str], list[Record]] = defaultdict(list)
+    for r in records:
+        groups[(r.task, r.sample_id)].append(r)
+    ns = np.array([len(g) for g in groups.values()])
+    cs = np.array([sum(r.correct for r in g) for g in groups.values()])
+    n_min, n_max = int(ns.min()), int(ns.max())
+    pass_at: dict[int, float | None] = {}
+    notes = []
+    for k in ks:
+        if k > n_min:
+            pass_at[k] = None
+            notes.append(f"pass@{k} needs >= {k} rollouts per sample; the fewest here is {n_min}")
+        else:
+            pass_at[k] = float(np.mean([pass_at_k(int(n), int(c), k)
+                                        for n, c in zip(ns, cs, strict=True)]))
+    status_frac = {s: sum(r.status == s for r in records) / len(records) for s in STATUSES}
+    return TaskResult(
+        name=name, samples=len(groups), rollouts=len(records), n_min=n_min, n_max=n_max,
+        pass_at=pass_at, mean_at_n=float(np.mean(cs / ns)), status_frac=status_frac,
+        truncated_frac=_frac_or_none(records, "truncated"),
+        interrupted_frac=_frac_or_none(records, "interrupted"),
+        mean_length=_mean_or_none([r.length for r in records]),
+        mean_thinking_tokens=_mean_or_none([r.thinking_tokens for r in records]),
+        mean_answer_tokens=_mean_or_none([r.answer_tokens for r in records]),
+        notes=tuple(notes))
+
+
+def aggregate(items: Iterable[Rollout | Mapping[str, Any] | Record],
+              ks: Sequence[int] = (1,)) -> EvalReport:
+    """Per-task and overall figures of scored rollouts (`Rollout`s, JSONL rows or Records)."""
+    if any(k < 1 for k in ks):
+        raise ValueError(f"k must be >= 1, got {list(ks)}")
+    records = to_records(items)
+    if not records:
+        raise ValueError("no rollouts to aggregate")
+    by_task: dict[str, list[Record]] = defaultdict(list)
+    for r in records:
+        by_task[r.task].append(r)
+    tasks = {name: summarize(name, by_task[name], ks) for name in sorted(by_task)}
+    return EvalReport(tasks=tasks, overall=summarize("overall", records, ks))
+
+
+class SupportsGenerate(Protocol):
+    def generate(self, samples: Sequence[Sample], *, n: int, budget: Budget,
+                 temperature: float, seed: int | None) -> list[Rollout]: ...
+
+
+def eval_samples(task: Task, split: str = "test", limit: int | None = None) -> list[Sample]:
+    """The held-out samples evaluated: the split's first `limit` samples, in the task's order."""
+    task.check_split(split)
+    samples = list(task.samples(split))
+    if not samples:
+        raise ValueError(f"task {task.name!r} has no samples in split {split!r}")
+    return samples if limit is None else samples[:limit]
+
+
+def resolve_tasks(tasks: Sequence[Task | str]) -> list[Task]:
+    from scalerl.envs.registry import get_task
+
+    return [get_task(t) if isinstance(t, str) else t for t in tasks]
+
+
+def evaluate(generator: SupportsGenerate, tasks: Sequence[Task | str], *, n: int,
+             budget: Budget, split: str = "test", ks: Sequence[int] = (1,),
+             temperature: float = 1.0, seed: int | None = 0,
+             limit: int | None = None) -> EvalReport:
+    """Generate `n` rollouts per held-out sample of each task and aggregate them.
+
+    The trainer's validation logs `evaluate(...).metrics("val")`; `scalerl eval` runs the same
+    sample selection, generation call and `aggregate` (adding a cache around the generation).
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    samples = [s for t in resolve_tasks(tasks) for s in eval_samples(t, split, limit)]
+    rollouts = generator.generate(samples, n=n, budget=budget, temperature=temperature,
+                                  seed=seed)
+    return aggregate(rollouts, ks)
