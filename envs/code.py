@@ -59,7 +59,9 @@ def extract_code(completion: str, requires_thinking: bool = False) -> str | None
 
 @dataclass(frozen=True)
 class TestResult:
-    """One test's verdict: `kind` is pass | wrong | error | timeout | missing (no result)."""
+    """One test's verdict: `kind` is pass | wrong | timeout."""
+
+    __test__ = False  # not a pytest class
 
     index: int
     kind: str

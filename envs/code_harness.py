@@ -251,6 +251,7 @@ def run_check(spec, chan):
     ns = {"__name__": "checker", "__builtins__": __builtins__}
     try:
         exec(compile(spec.get("prelude", "") + "\n" + spec["test"], "check.py", "exec"), ns)
+        ns[spec["fn_name"]] = cand  # the original ran prompt + completion + test in one module
         ns["check"](cand)
         record = {"passed": cand.calls > 0, "calls": cand.calls,
                   "error": "" if cand.calls else "check() never called the candidate"}

@@ -136,6 +136,8 @@ def _floats_close(a: str, e: str, tol: float | None) -> bool:
 class TestFormatError(ValueError):
     """Malformed tests (the data's fault): scored as `error`, with a one-line reason."""
 
+    __test__ = False  # not a pytest class
+
 
 def plan_tests(tests: Mapping[str, Any], *, timeout_s: float, float_tol: float | None) -> Plan:
     """The harness spec for `tests` and the judge that compares each record with the expected."""
