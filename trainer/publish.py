@@ -72,27 +72,33 @@ def describe(staged: Mapping[str, torch.Tensor], version: int) -> str:
             f"first {first!r})")
 
 
-def call_with_timeout(fn: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """Run `fn` in a daemon thread; raise PublishTimeout naming `what` if it runs past timeout.
+class _Call:
+    """`fn` running in a daemon thread, so a hung call can be timed out (not cancelled)."""
 
-    A timed-out `fn` keeps running in its thread (a hung RPC cannot be cancelled from here).
-    """
-    result: dict[str, Any] = {}
+    def __init__(self, fn: Callable[[], Any]):
+        self.result: dict[str, Any] = {}
+        self.thread = threading.Thread(target=self._target, args=(fn,), name="publish",
+                                       daemon=True)
+        self.thread.start()
 
-    def target() -> None:
+    def _target(self, fn: Callable[[], Any]) -> None:
         try:
-            result["value"] = fn()
+            self.result["value"] = fn()
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-            result["error"] = e
+            self.result["error"] = e
 
-    thread = threading.Thread(target=target, name="publish", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise PublishTimeout(f"timed out after {timeout_s:.1f}s while sending {what}")
-    if "error" in result:
-        raise result["error"]
-    return result.get("value")
+    def wait(self, timeout_s: float, what: str) -> Any:
+        self.thread.join(timeout_s)
+        if self.thread.is_alive():
+            raise PublishTimeout(f"timed out after {timeout_s:.3g}s while sending {what}")
+        if "error" in self.result:
+            raise self.result["error"]
+        return self.result.get("value")
+
+
+def call_with_timeout(fn: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """Run `fn`; raise PublishTimeout naming `what` if it runs past `timeout_s`."""
+    return _Call(fn).wait(timeout_s, what)
 
 
 def _shapes(weights: Mapping[str, torch.Tensor]) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
@@ -110,9 +116,12 @@ class InProcessPublisher:
     transport = "inprocess"
 
     def __init__(self, generator: Any, *, timeout_s: float = 120.0,
-                 initial_weights: Weights | None = None, initial_version: int = 0):
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+                 initial_weights: Weights | None = None, initial_version: int = 0,
+                 rollback_timeout_s: float | None = None):
+        if timeout_s <= 0 or (rollback_timeout_s is not None and rollback_timeout_s <= 0):
+            raise ValueError(f"timeout_s and rollback_timeout_s must be > 0, got {timeout_s} "
+                             f"and {rollback_timeout_s}")
+        self.rollback_timeout_s = rollback_timeout_s or timeout_s
         if not callable(getattr(generator, "update_weights", None)):
             raise TypeError(f"{type(generator).__name__} has no update_weights(); "
                             "the inprocess transport needs a rollout.engine.Generator")
@@ -134,27 +143,37 @@ class InProcessPublisher:
                              f"version {self._previous[1]}")
         what = describe(staged, version)
         t1 = time.monotonic()
+        call = self._send(staged, version, self.timeout_s)
         try:
-            call_with_timeout(lambda: self.generator.update_weights(
-                staged, version, timeout_s=self.timeout_s), self.timeout_s, what)
+            call.wait(self.timeout_s, what)
         except Exception as e:
-            raise self._rollback(e, what) from e
+            raise self._rollback(e, call, what) from e
         self._previous = (staged, version)
         nbytes = sum(t.numel() * t.element_size() for t in staged.values())
         return PublishStats(version, len(staged), nbytes, t1 - t0, time.monotonic() - t1,
                             self.transport)
 
-    def _rollback(self, error: Exception, what: str) -> PublishError:
-        """Put the previous weights back; the error to raise says whether that worked."""
+    def _send(self, staged: Mapping[str, torch.Tensor], version: int, timeout_s: float) -> _Call:
+        # the engine times each of its steps (pause, reload, resume); this call bounds the whole
+        return _Call(lambda: self.generator.update_weights(
+            list(staged.items()), version, timeout_s=timeout_s))
+
+    def _rollback(self, error: Exception, call: _Call, what: str) -> PublishError:
+        """Wait for the failed call to end, then put the previous weights back (a restore that
+        overlapped a still-running update could interleave with it). Says whether it worked."""
         kind = PublishTimeout if isinstance(error, TimeoutError) else PublishError
+        call.thread.join(self.rollback_timeout_s)
+        if call.thread.is_alive():
+            self._broken = (f"sending {what} still hung {self.rollback_timeout_s:.3g}s after "
+                            "its timeout; the generator's state is unknown: restart the engine")
+            return kind(self._broken)
         if self._previous is None:
             self._broken = f"failed sending {what} with no previous weights to restore"
             return kind(f"{self._broken}: {error}")
         weights, version = self._previous
         try:
-            call_with_timeout(lambda: self.generator.update_weights(
-                weights, version, timeout_s=self.timeout_s, force=True), self.timeout_s,
-                f"rollback to {describe(weights, version)}")
+            self._send(weights, version, self.rollback_timeout_s).wait(
+                self.rollback_timeout_s, f"rollback to {describe(weights, version)}")
         except Exception as e2:  # the generator's state is unknown: refuse to go on
             self._broken = (f"failed sending {what} ({error}), and restoring version {version} "
                             f"failed too ({e2}); restart the engine")
