@@ -65,7 +65,6 @@ def test_step_reports_token_statistics(model):
     batch = batch_of(fake_groups())
     stats = train_step(accelerator, model, opt, sched, batch, settings())
     assert stats["train_tokens"] == float(batch.mask.sum())
-    # the fake generator logprobs are far below a random model's (about -log 48): ratios > 1
-    assert stats["is_ratio_min"] > 1.0 and stats["is_ratio_max"] >= stats["is_ratio"]
+    assert 0.0 < stats["is_ratio_min"] < stats["is_ratio"] < stats["is_ratio_max"]
     assert 0.0 < stats["entropy"] <= torch.log(torch.tensor(48.0)).item() + 1e-4
     assert stats["mismatch_kl"] > 0.0
