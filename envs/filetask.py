@@ -121,8 +121,9 @@ class FileTask(Task):
         samples, keys = [], []
         for n, row in enumerate(rows, start=1):
             where = f"{source}: row {n}"
-            prompt = _prompt_value(row.get(prompt_col), where, prompt_col, columns)
-            gold = _gold_value(row.get(gold_col), where, gold_col, columns, reader)
+            present = [k for k, v in row.items() if v is not None]
+            prompt = _prompt_value(row.get(prompt_col), where, prompt_col, present)
+            gold = _gold_value(row.get(gold_col), where, gold_col, present, reader)
             key = prompt_key(prompt)
             sid = str(row[id_col]) if id_col and row.get(id_col) is not None else key[:16]
             meta = {k: v for k, v in row.items() if k not in (prompt_col, gold_col, id_col)}
@@ -167,14 +168,14 @@ def _prompt_value(value: Any, where: str, col: str, columns: list[str]) -> str |
     ):
         return tuple({"role": str(m["role"]), "content": str(m["content"])} for m in value)
     what = "missing" if value in (None, "", []) else f"not text or chat messages: {value!r:.60}"
-    raise DataError(f"{where}: field {col!r} is {what} (fields: {', '.join(columns)})")
+    raise DataError(f"{where}: field {col!r} is {what} (row has: {', '.join(columns)})")
 
 
 def _gold_value(
     value: Any, where: str, col: str, columns: list[str], reader: GoldReader | None
 ) -> Any:
     if value is None or value == "":
-        raise DataError(f"{where}: field {col!r} is missing (fields: {', '.join(columns)})")
+        raise DataError(f"{where}: field {col!r} is missing (row has: {', '.join(columns)})")
     if reader is None:
         return value
     try:

@@ -1,0 +1,210 @@
+"""The registry's three routes (decorator, task spec, `scalerl.tasks` entry point) and bad names."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from scalerl.envs import registry, spec
+from scalerl.envs.base import Sample, Score, Task
+from scalerl.envs.registry import UnknownTaskError, get_kind, get_task, register_task
+from scalerl.envs.spec import SpecError, register_spec_file
+
+SCALERL = str(Path(sys.executable).with_name("scalerl"))
+
+
+@pytest.fixture(autouse=True)
+def isolated_registry(monkeypatch):
+    """Each test registers into copies of the registry's tables, restored afterwards."""
+    registry.task_names()  # built-ins loaded before the copy
+    for table in ("_TASKS", "_INSTANCES", "_KINDS", "_PREFIXES"):
+        monkeypatch.setattr(registry, table, dict(getattr(registry, table)))
+    monkeypatch.setattr(spec, "_FROM_SPEC", {})
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+# --- route 1: the decorator --------------------------------------------------------------------
+def test_decorator_registers_a_task_class():
+    @register_task("echo_test")
+    class Echo(Task):
+        kind = "math"
+
+        def samples(self, split):
+            self.check_split(split)
+            return (Sample(id="1", task=self.name, prompt="say 7", answer="7"),)
+
+        def score(self, sample, completion):
+            ok = completion == sample.answer
+            return Score("correct" if ok else "wrong", 1.0 if ok else -1.0)
+
+    task = get_task("echo_test")
+    assert isinstance(task, Echo) and task.name == "echo_test"
+    assert get_task("echo_test") is task  # built once
+    assert task.score(task.samples("test")[0], "7").correct
+    with pytest.raises(ValueError, match="task 'echo_test' has no split 'val'; valid: train, test"):
+        task.samples("val")
+
+
+def test_a_taken_name_is_refused():
+    with pytest.raises(ValueError, match="task 'arith' is already registered"):
+        register_task("arith")(lambda: None)
+
+
+def test_unknown_task_is_one_line_listing_the_known_names():
+    with pytest.raises(UnknownTaskError) as info:
+        get_task("gsm9k")
+    assert str(info.value) == (
+        "unknown task 'gsm9k'; known tasks: " + ", ".join(
+            registry.task_names() + [f"{p}:<name>" for p in registry.prefixes()])
+    )
+    assert "arith" in str(info.value) and "rg:<name>" in str(info.value)
+
+
+def test_unknown_kind_lists_the_known_kinds():
+    with pytest.raises(UnknownTaskError, match="unknown task kind 'chess'; known kinds: .*math"):
+        get_kind("chess")
+
+
+# --- route 2: a task spec (YAML or JSON) --------------------------------------------------------
+def make_spec(tmp_path, fmt="yaml"):
+    write_jsonl(tmp_path / "train.jsonl",
+                [{"question": f"What is {i} + {i}?", "gold": str(2 * i)} for i in range(30)])
+    write_jsonl(tmp_path / "heldout.jsonl", [{"question": "What is 3 + 3?", "gold": "6"}])
+    entry = {
+        "name": "doubling", "kind": "math", "data": "train.jsonl", "test_data": "heldout.jsonl",
+        "fields": {"prompt": "question", "answer": "gold"}, "val_fraction": 0.1,
+        "system_prompt": "Put the answer in \\boxed{}.", "options": {"boxed_only": True},
+    }
+    path = tmp_path / f"tasks.{fmt}"
+    if fmt == "json":
+        path.write_text(json.dumps([entry]))
+    else:
+        import yaml
+
+        path.write_text(yaml.safe_dump({"tasks": [entry]}))
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_spec_file_registers_a_file_task(tmp_path, fmt):
+    assert register_spec_file(make_spec(tmp_path, fmt)) == ["doubling"]
+    task = get_task("doubling")
+    assert task.kind == "math" and task.splits == ("train", "val", "test")
+    assert [s.prompt for s in task.samples("test")] == ["What is 3 + 3?"]
+    assert len(task.samples("train")) + len(task.samples("val")) == 29  # 3 + 3 held out
+    assert task.samples("test")[0].messages(task.system_prompt)[0]["content"] == (
+        "Put the answer in \\boxed{}.")
+    s = task.samples("test")[0]
+    assert task.score(s, "\\boxed{6}").status == "correct"
+    assert task.score(s, "6").status == "no_answer"  # options: boxed_only reached the verifier
+
+
+def test_spec_errors_are_one_line_naming_the_file_and_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nkind: math\ndata: d.jsonl\ntest_frac: 0.2\n")
+    with pytest.raises(SpecError, match=r"bad\.yaml: task #1 \(x\): unknown key 'test_frac'; "
+                                        r"valid keys: name, kind, data, test_data"):
+        register_spec_file(bad)
+    bad.write_text("name: x\nkind: chess\ndata: d.jsonl\n")
+    with pytest.raises(SpecError, match=r"unknown task kind 'chess'; known kinds: "):
+        register_spec_file(bad)
+    bad.write_text("name: arith\nkind: math\ndata: d.jsonl\n")
+    with pytest.raises(SpecError, match="task 'arith' is already registered by another module"):
+        register_spec_file(bad)
+    with pytest.raises(SpecError, match=r"nope\.yaml: no such task spec file"):
+        register_spec_file(tmp_path / "nope.yaml")
+
+
+def _run(args, env_extra=None, **kw):
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run([SCALERL, *args], capture_output=True, text=True, env=env,
+                          timeout=120, **kw)
+
+
+def test_spec_files_in_scalerl_tasks_env_var_are_registered(tmp_path):
+    path = make_spec(tmp_path)
+    out = _run(["tasks", "list", "--json"], {"SCALERL_TASKS": str(path)})
+    assert out.returncode == 0, out.stderr
+    rows = {r["name"]: r for r in map(json.loads, out.stdout.splitlines())}
+    assert rows["doubling"]["kind"] == "math" and rows["doubling"]["splits"]["test"] == 1
+
+
+def test_missing_data_file_of_a_spec_task_is_reported_on_its_row(tmp_path):
+    (tmp_path / "t.yaml").write_text("name: ghost\nkind: math\ndata: gone.jsonl\n")
+    out = _run(["tasks", "list", "--spec", str(tmp_path / "t.yaml")])
+    assert out.returncode == 1
+    assert f"error: {tmp_path / 'gone.jsonl'}: no such file" in out.stdout
+
+
+# --- route 3: a pip-installed plugin exposing a `scalerl.tasks` entry point ---------------------
+PLUGIN = '''
+"""A throwaway scalerl task plugin."""
+from scalerl.envs.base import Sample, Score, Task
+
+
+class Capitals(Task):
+    kind = "capitals"
+    source = "plugin"
+
+    def samples(self, split):
+        self.check_split(split)
+        return (Sample(id="fr", task=self.name, prompt="Capital of France?", answer="Paris"),)
+
+    def score(self, sample, completion):
+        ok = completion.strip().lower() == sample.answer.lower()
+        return Score("correct" if ok else "wrong", 1.0 if ok else -1.0, "case-insensitive")
+'''
+
+
+@pytest.fixture(scope="module")
+def plugin_dir(tmp_path_factory):
+    src = tmp_path_factory.mktemp("plugin_src")
+    (src / "capitals_plugin.py").write_text(PLUGIN)
+    (src / "pyproject.toml").write_text(textwrap.dedent("""
+        [build-system]
+        requires = ["setuptools>=68"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "capitals-plugin"
+        version = "0.0.1"
+        [tool.setuptools]
+        py-modules = ["capitals_plugin"]
+        [project.entry-points."scalerl.tasks"]
+        capitals = "capitals_plugin:Capitals"
+    """))
+    target = tmp_path_factory.mktemp("plugin_site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--no-index", "--target", str(target), str(src)],
+        check=True, capture_output=True, timeout=300,
+    )
+    assert list(target.glob("capitals_plugin-0.0.1.dist-info/entry_points.txt"))
+    return target
+
+
+def test_entry_point_plugin_task_is_listed_and_scores(plugin_dir):
+    env = {"PYTHONPATH": str(plugin_dir)}
+    out = _run(["tasks", "list", "--json"], env)
+    assert out.returncode == 0, out.stderr
+    rows = {r["name"]: r for r in map(json.loads, out.stdout.splitlines())}
+    assert rows["capitals"] == {"name": "capitals", "kind": "capitals",
+                                "splits": {"train": 1, "test": 1}, "source": "plugin"}
+    rows_in = "\n".join(json.dumps({"id": i, "task": "capitals", "sample_id": "fr",
+                                    "completion": c}) for i, c in enumerate(["paris", "Lyon"]))
+    out = _run(["score", "-"], env, input=rows_in)
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(line)["status"] for line in out.stdout.splitlines()] == ["correct", "wrong"]
+
+
+def test_without_the_plugin_the_task_is_unknown():
+    out = _run(["tasks", "show", "capitals"])
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("scalerl tasks: unknown task 'capitals'; known tasks: arith")
