@@ -38,14 +38,17 @@ Sampler = Callable[[], Sample]
 class PipelineRL:
     """Drive `generator` continuously; hand the trainer ordered, lag-bounded batches.
 
-    Per-prompt seed: `seed + seq * n` (rollout i of prompt seq gets the engine's derivation
-    from that), so regenerating a prompt after resume reuses its seed.
+    The seed passed with prompt `seq` is `seed_fn(seq)`, by default `seed + seq // B` (the batch
+    index: what a synchronous loop passing `seed + step` uses; the engine derives each rollout's
+    seed from it, the sample id and the group index), so regenerating a prompt after a resume
+    reuses its seed.
     """
 
     def __init__(self, generator: GeneratorLike, sampler: Sampler, *, n: int,
                  groups_per_batch: int, max_lag: int, budget: Budget, temperature: float = 1.0,
                  seed: int = 0, scorer: Any = None, max_in_flight: int | None = None,
-                 trainer_version: int = 0, poll_s: float = 0.05):
+                 trainer_version: int = 0, poll_s: float = 0.05,
+                 seed_fn: Callable[[int], int] | None = None):
         if n <= 0:
             raise ValueError(f"n (rollouts per prompt) must be > 0, got {n}")
         self.generator, self.sampler = generator, sampler
@@ -56,6 +59,7 @@ class PipelineRL:
         if self.max_in_flight <= 0:
             raise ValueError(f"max_in_flight must be > 0, got {self.max_in_flight}")
         self.poll_s = poll_s
+        self.seed_fn = seed_fn or (lambda seq: seed + seq // groups_per_batch)
         self._admit_lock = threading.Lock()  # sampler draw + admit vs state_dict
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -127,7 +131,7 @@ class PipelineRL:
     def _generate(self, seq: int, sample: Sample) -> None:
         rollouts = self.generator.generate(
             [sample], n=self.n, budget=self.budget, temperature=self.temperature,
-            seed=self.seed + seq * self.n, scorer=self.scorer)
+            seed=self.seed_fn(seq), scorer=self.scorer)
         if len(rollouts) != self.n:
             raise RuntimeError(f"generator returned {len(rollouts)} rollouts for sample "
                                f"{sample.id!r} (seq {seq}), expected n={self.n}")

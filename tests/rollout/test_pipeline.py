@@ -138,11 +138,11 @@ def test_lag_metrics_of_a_batch_match_its_rollouts():
     assert m["async/lag_mean"] == pytest.approx(sum(lags) / len(lags))
 
 
-def test_per_prompt_seed_is_fixed_by_its_sequence_number():
+def test_seed_of_a_prompt_is_the_run_seed_plus_its_batch_index():
     gen = FakeGenerator(tokens=1, token_s=0.0)
     with make_pipeline(gen, CountingSampler(), max_lag=0, n=4) as pipe:
         train(pipe, gen, steps=2)
-    assert sorted(gen.calls)[:4] == [("p0", 100), ("p1", 104), ("p2", 108), ("p3", 112)]
+    assert sorted(gen.calls)[:4] == [("p0", 100), ("p1", 100), ("p2", 101), ("p3", 101)]
 
 
 def test_generator_failure_reaches_the_trainer_instead_of_hanging():
@@ -156,9 +156,9 @@ def test_generator_failure_reaches_the_trainer_instead_of_hanging():
 
 def test_take_batch_times_out_loudly_when_nothing_arrives():
     gen = FakeGenerator(tokens=1, score_s=lambda s: 5.0)
-    with make_pipeline(gen, CountingSampler(), max_lag=0) as pipe:
-        with pytest.raises(BufferTimeout, match="batch 0"):
-            pipe.take_batch(0, timeout_s=0.2)
+    with make_pipeline(gen, CountingSampler(), max_lag=0) as pipe, \
+            pytest.raises(BufferTimeout, match="batch 0"):
+        pipe.take_batch(0, timeout_s=0.2)
 
 
 def test_exhausted_sampler_ends_with_stop_iteration():
