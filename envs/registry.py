@@ -163,22 +163,13 @@ def load_entry_points() -> None:
             add_task(ep.name, obj)
 
 
-def _import_builtin(module: str) -> None:
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name != module:  # a missing dependency of a built-in module is a real error
-            raise
-        # TODO(registry): strict once envs/math.py and envs/code_tasks.py have landed.
-
-
 def _ensure_loaded() -> None:
     global _loaded
     if _loaded:
         return
     _loaded = True
     for module in BUILTIN_MODULES:
-        _import_builtin(module)
+        importlib.import_module(module)
     load_entry_points()
     for path in filter(None, os.environ.get(SPEC_PATH_ENV, "").split(os.pathsep)):
         from scalerl.envs.spec import register_spec_file

@@ -91,16 +91,16 @@ def task_from_entry(entry: Mapping[str, Any]) -> FileTask:
 def register_spec_file(path: str | Path) -> list[str]:
     """Register every task of a spec file; returns their names. Re-registering the same file is
     allowed (it replaces its own tasks); a name taken by another source is an error."""
-    path = Path(path).resolve()
+    resolved = Path(path).resolve()
     names = []
     for entry in read_spec(path):
         name = entry["name"]
         owner = _FROM_SPEC.get(name)
-        if name in task_names() and owner != path:
+        if name in task_names() and owner != resolved:
             where = f"from {owner}" if owner else "by another module"
             raise SpecError(f"{path}: task {name!r} is already registered {where}")
         add_task(name, lambda e=entry: task_from_entry(e), replace=True)
-        _FROM_SPEC[name] = path
+        _FROM_SPEC[name] = resolved
         names.append(name)
     return names
 

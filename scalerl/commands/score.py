@@ -18,12 +18,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
 
 from scalerl.envs.base import STATUSES, Sample, Score, dumps, reward_for, truncate
-from scalerl.envs.registry import UnknownTaskError, get_kind, get_task
+from scalerl.envs.registry import UnknownTaskError, get_kind, get_task, task_names
 
 HELP = "score model outputs offline (JSONL rows in, one verdict per row out, in input order)"
 
@@ -136,7 +136,10 @@ def _writer(
     """Write rows in input order, each as soon as it and all earlier ones are done. After a
     write error it keeps draining (so the reader never blocks) and records the error."""
     while (fut := futures.get()) is not None:
-        row = fut.result()
+        try:
+            row = fut.result()
+        except CancelledError:  # the run was interrupted; later rows are not written
+            break
         if failed:
             continue
         try:
@@ -173,10 +176,12 @@ def score_lines(
                 print(f"line {n}: {exc} (skipped)", file=err)
                 continue
             futures.put(pool.submit(run_job, job))
-    finally:
         futures.put(None)
         writer.join()
-        pool.shutdown(wait=True, cancel_futures=True)
+    except BaseException:  # Ctrl-C: drop queued rows; rows already written stay written
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return counts, skipped, fatal or (failed[0] if failed else None)
 
 
@@ -192,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"scalerl score: --workers must be >= 1, got {args.workers}", file=sys.stderr)
         return 2
     try:
+        task_names()  # built-ins and plugins load here, so a broken plugin is one line
         if args.spec:
             from scalerl.commands.tasks import register_specs
 
