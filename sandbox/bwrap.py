@@ -68,7 +68,8 @@ def bwrap_argv(limits: Limits, files: Mapping[str, int], file_bytes: int) -> lis
             "--gid", str(SANDBOX_UID), "--hostname", "sandbox", *_system_binds(),
             "--proc", "/proc", "--dev", "/dev",
             "--size", str(tmpfs_bytes), "--perms", "0700", "--tmpfs", WORK,
-            "--size", str(limits.file_size_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
+            "--size", str(limits.file_size_mb << 20), "--perms", "1777", "--tmpfs", "/tmp",
+            "--size", str(limits.file_size_mb << 20), "--perms", "1777", "--tmpfs", "/dev/shm"]
     made = set()
     for name, fd in files.items():
         parent = os.path.dirname(name)
@@ -108,9 +109,20 @@ DEFAULT_LIMITS = Limits()
 class BwrapBackend(Backend):
     """Cold sandbox per run: fresh namespaces + tmpfs + cgroup (see the module docstring)."""
 
+    contains = None
+    """Every probe of `selfcheck` must be contained."""
+
+    def __init__(self) -> None:
+        cgroup.sweep_dead()
+
     @classmethod
     def available(cls) -> tuple[bool, str]:
         return _probe()
+
+    def leaks(self) -> str:
+        """Run cgroups left behind (a leak when no run is in progress)."""
+        left = cgroup.leftover_run_cgroups()
+        return f"run cgroups left behind: {[str(p) for p in left]}" if left else ""
 
     def run(self, argv: list[str], *, stdin: bytes = b"", files: Mapping[str, bytes] | None = None,
             limits: Limits = DEFAULT_LIMITS, collect: tuple[str, ...] = ()) -> ExecResult:

@@ -73,7 +73,7 @@ class RunCgroup:
     @classmethod
     def create(cls, memory_mb: int, processes: int, cpus: float = 1.0) -> RunCgroup:
         version = cgroup_version()
-        name = uuid.uuid4().hex[:16]
+        name = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"  # our pid first: see leftover_run_cgroups
         memory = memory_mb << 20
         if version == 1:
             dirs = {c: _v1_base(c) / name for c in V1_CONTROLLERS if (ROOT / c).is_dir()}
@@ -197,13 +197,33 @@ class RunCgroup:
         return ok
 
 
-def leftover_run_cgroups() -> list[Path]:
-    """Run cgroups still present (a leak if no run is in progress)."""
+def _run_dirs() -> list[Path]:
     version = cgroup_version()
     if version == 1:
-        return [p for c in V1_CONTROLLERS if (ROOT / c).is_dir() and _v1_base(c).is_dir()
-                for p in _v1_base(c).iterdir() if p.is_dir()]
-    if version == 2:
-        base = ROOT / _own_paths().get("", "/").lstrip("/") / "scalerl"
-        return [p for p in base.iterdir() if p.is_dir()] if base.is_dir() else []
-    return []
+        bases = [_v1_base(c) for c in V1_CONTROLLERS if (ROOT / c).is_dir()]
+    elif version == 2:
+        bases = [ROOT / _own_paths().get("", "/").lstrip("/") / "scalerl"]
+    else:
+        bases = []
+    return [p for b in bases if b.is_dir() for p in b.iterdir() if p.is_dir()]
+
+
+def leftover_run_cgroups() -> list[Path]:
+    """This process's run cgroups still present (a leak if none of its runs is in progress).
+
+    Other processes (other graders on the machine) share the `scalerl` parent, so only names
+    starting with our pid count.
+    """
+    return [p for p in _run_dirs() if p.name.startswith(f"{os.getpid()}-")]
+
+
+def sweep_dead() -> int:
+    """Remove empty run cgroups whose creating process is gone (after a crash); returns how many."""
+    removed = 0
+    for p in _run_dirs():
+        pid = p.name.split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            with contextlib.suppress(OSError):
+                p.rmdir()
+                removed += 1
+    return removed

@@ -95,6 +95,8 @@ def finish_python(code):
 def child(cfg):
     """In the forked child: limits, then become the program. Never returns."""
     try:
+        if cfg.get("reset"):  # framed mode made the launcher non-dumpable; the program is not
+            set_dumpable(1)
         os.chdir(cfg["cwd"])
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
@@ -224,47 +226,95 @@ def reset_dir(path):
             os.unlink(full) if os.path.islink(full) else os.rmdir(full)
 
 
+def oom_kills():
+    """The container's OOM-kill counter (cgroup v2 memory.events or v1 memory.oom_control)."""
+    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        try:
+            with open(path) as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+    return 0
+
+
+def survivors(grace_s=0.5):
+    """Processes still alive besides init and us after the kill (0 = the container is clean)."""
+    me, deadline = os.getpid(), time.monotonic() + grace_s
+    while True:
+        alive = 0
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) in (1, me):
+                continue
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            alive += state != "Z"
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.01)
+
+
 def framed(cfg_text):
     """docker exec: one JSON in on stdin (cfg, files, stdin), one JSON out on stdout."""
     msg = json.loads(sys.stdin.buffer.read() if cfg_text == "-" else cfg_text)
     cfg = msg["cfg"]
+    set_dumpable(0)  # same uid as the program: no ptrace of, or /proc/<pid>/fd access to, us
     for path in cfg.get("reset", ()):
         reset_dir(path)
     for name, b64 in msg["files"].items():
-        with open(os.path.join(cfg["cwd"], name), "wb") as f:
+        path = os.path.join(cfg["cwd"], name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
             f.write(base64.b64decode(b64))
     stdin_fd = os.memfd_create("stdin")
     os.write(stdin_fd, base64.b64decode(msg["stdin"]))
     os.lseek(stdin_fd, 0, 0)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    ooms = oom_kills()
     start = time.monotonic()
     pid = spawn(cfg, stdin_fd, out_w, err_w)
     for fd in (stdin_fd, out_w, err_w):
         os.close(fd)
-    outcome, bufs = pump({out_r: bytearray(), err_r: bytearray()}, cfg["output_cap"],
-                         start + cfg["wall_s"])
-    if outcome:
-        kill_everyone_else(cfg, pid)
-    status, cpu = wait_for(pid, deadline=time.monotonic() + 2.0)
+    bufs = {out_r: bytearray(), err_r: bytearray()}
+    outcome, exited = pump(bufs, cfg["output_cap"], start + cfg["wall_s"], cfg, pid)
     kill_everyone_else(cfg, pid)
+    status, cpu = exited or wait_for(pid, deadline=time.monotonic() + 2.0)
     report = status_fields(status, cpu)
     report.update(read_collected(cfg["cwd"], cfg["collect"], cfg["collect_cap"]))
-    report.update(outcome=outcome, wall_s=time.monotonic() - start,
+    report.update(outcome=outcome, wall_s=time.monotonic() - start, survivors=survivors(),
+                  oom_kills=oom_kills() - ooms,
                   stdout=base64.b64encode(bytes(bufs[out_r])).decode(),
                   stderr=base64.b64encode(bytes(bufs[err_r])).decode())
     sys.stdout.write(json.dumps(report))
     sys.stdout.flush()
 
 
-def pump(bufs, cap, deadline):
-    """Read the program's pipes until EOF, the cap or the deadline; returns (outcome, bufs)."""
-    open_fds = set(bufs)
+def set_dumpable(flag):
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(4, flag, 0, 0, 0)  # PR_SET_DUMPABLE
+
+
+def pump(bufs, cap, deadline, cfg, pid):
+    """Read the program's pipes until EOF, the cap or the deadline.
+
+    Returns (outcome, exited): outcome None / "timeout" / "output_limit"; exited is the
+    (wait status, cpu) of the program once it exited. When it exits, the rest of the run is
+    killed at once, so a grandchild holding stdout open cannot stall us.
+    """
+    open_fds, exited = set(bufs), None
     while open_fds:
         left = deadline - time.monotonic()
         if left <= 0:
-            return "timeout", bufs
-        ready, _, _ = select.select(list(open_fds), [], [], left)
+            return "timeout", exited
+        ready, _, _ = select.select(list(open_fds), [], [], min(left, 0.02))
         for fd in ready:
             chunk = os.read(fd, 65536)
             if not chunk:
@@ -273,8 +323,14 @@ def pump(bufs, cap, deadline):
             bufs[fd] += chunk
             if len(bufs[fd]) > cap:
                 del bufs[fd][cap:]
-                return "output_limit", bufs
-    return None, bufs
+                return "output_limit", exited
+        if exited is None:
+            got, status, usage = os.wait4(pid, os.WNOHANG)
+            if got == pid:
+                exited = (status, usage.ru_utime + usage.ru_stime)
+                kill_everyone_else(cfg, pid)
+                deadline = min(deadline, time.monotonic() + 1.0)
+    return None, exited
 
 
 def main():

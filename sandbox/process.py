@@ -50,6 +50,12 @@ DEFAULT_LIMITS = Limits()
 class ProcessBackend(Backend):
     """rlimits + new session (see the module docstring for what this does not stop)."""
 
+    contains = frozenset({"cpu_spin", "sleep", "ignored_signals", "memory_bomb", "thread_bomb",
+                          "infinite_stdout", "stderr_flood", "fd_exhaustion", "segfault",
+                          "grandchild_stdout", "fd1_direct", "big_output"})
+    """Probes of `selfcheck` this backend contains; the others (network, files, /proc, daemons,
+    fork bombs as root, killing the parent) it does not, and `sandbox check` says so."""
+
     def __init__(self) -> None:
         warnings.warn(WARNING, NotASandboxWarning, stacklevel=2)
         print(f"WARNING: {WARNING}", file=sys.stderr)

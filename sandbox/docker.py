@@ -1,0 +1,210 @@
+"""The docker backend: warm, locked-down containers reused through `docker exec`.
+
+Covered: containers with no network, memory = memory+swap, a pids limit, a CPU quota, a read-only
+root, tmpfs /work and /tmp, uid 65534, every capability dropped, no-new-privileges, no docker
+socket (no volumes at all); a pool of warm containers (a `docker run` costs seconds with vfs), one
+run per container at a time; per run the launcher empties /work and /tmp, runs the program, and
+SIGKILLs every process of the sandbox uid before reporting; a container whose run hung, lost its
+launcher or left anything behind is removed and replaced. Not covered: per-run cgroups (limits are
+per container, so containers are keyed by the limits they were made with), seccomp beyond docker's
+default profile, user-namespace remapping of the daemon.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import queue
+import socket
+import struct
+import threading
+import time
+from collections.abc import Mapping
+
+from scalerl.sandbox.base import Backend, ExecResult, Limits, register_backend
+from scalerl.sandbox.image import IMAGE
+from scalerl.sandbox.runner import (
+    LAUNCHER_SOURCE,
+    SANDBOX_ENV,
+    Raw,
+    build_result,
+    check_relpath,
+    classify,
+    launcher_cfg,
+)
+
+SANDBOX_USER = "65534:65534"
+REAPER = ("import os, time\nwhile True:\n    try:\n        os.wait()\n"
+          "    except ChildProcessError:\n        time.sleep(1)")
+"""PID 1 of each container: reaps orphans (so zombies never eat the pids limit); init cannot be
+killed from inside its PID namespace."""
+LABEL = "scalerl.sandbox"
+HOST_SLACK_S = 5.0
+"""Beyond the wall limit, how long the host waits for the launcher's report before recycling."""
+DEFAULT_LIMITS = Limits()
+
+
+def _client():
+    import docker
+
+    return docker.from_env(timeout=30)
+
+
+def container_kwargs(limits: Limits) -> dict:
+    """The `containers.run` arguments for a container serving runs under `limits`."""
+    tmpfs_opts = f"size={limits.file_size_mb << 20},mode=1777"
+    return dict(
+        image=IMAGE, command=["python3", "-I", "-c", REAPER], detach=True, labels={LABEL: "1"},
+        network_mode="none", mem_limit=f"{limits.memory_mb}m",
+        memswap_limit=f"{limits.memory_mb}m", pids_limit=limits.processes + 2,
+        nano_cpus=1_000_000_000, read_only=True,
+        tmpfs={"/work": tmpfs_opts, "/tmp": tmpfs_opts}, user=SANDBOX_USER,
+        cap_drop=["ALL"], security_opt=["no-new-privileges"], working_dir="/work",
+        environment=SANDBOX_ENV, ipc_mode="none", volumes={}, auto_remove=False)
+
+
+@register_backend("docker")
+class DockerBackend(Backend):
+    """A pool of warm containers per limits key; see the module docstring."""
+
+    def __init__(self, max_containers: int = 2) -> None:
+        self.client = _client()
+        self.max_containers = max_containers
+        self._idle: dict[tuple, queue.SimpleQueue] = {}
+        self._count: dict[tuple, int] = {}
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(max_containers)
+        self._all: set[str] = set()
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        try:
+            import docker.errors
+
+            client = _client()
+            client.ping()
+        except Exception as exc:  # noqa: BLE001 - any failure here means "not available", said why
+            return False, f"docker daemon not reachable: {str(exc)[:200]}"
+        try:
+            client.images.get(IMAGE)
+        except docker.errors.ImageNotFound:
+            return False, f"image {IMAGE} missing: run `scalerl sandbox image`"
+        return True, f"docker {client.version().get('Version', '?')} with image {IMAGE}"
+
+    @staticmethod
+    def _key(limits: Limits) -> tuple:
+        return (limits.memory_mb, limits.processes, limits.file_size_mb)
+
+    def _acquire(self, limits: Limits):
+        key = self._key(limits)
+        with self._lock:
+            idle = self._idle.setdefault(key, queue.SimpleQueue())
+        with contextlib.suppress(queue.Empty):
+            return idle.get_nowait()
+        container = self.client.containers.run(**container_kwargs(limits))
+        with self._lock:
+            self._all.add(container.id)
+        return container
+
+    def _release(self, container, limits: Limits, healthy: bool) -> None:
+        if healthy:
+            self._idle[self._key(limits)].put(container)
+            return
+        threading.Thread(target=self._discard, args=(container,), daemon=True).start()
+
+    def _discard(self, container) -> None:
+        with contextlib.suppress(Exception):  # already gone is fine
+            container.remove(force=True)
+        with self._lock:
+            self._all.discard(container.id)
+
+    def close(self) -> None:
+        with self._lock:
+            ids = list(self._all)
+            self._all.clear()
+            self._idle.clear()
+        for cid in ids:
+            with contextlib.suppress(Exception):
+                self.client.api.remove_container(cid, force=True)
+
+    def run(self, argv: list[str], *, stdin: bytes = b"", files: Mapping[str, bytes] | None = None,
+            limits: Limits = DEFAULT_LIMITS, collect: tuple[str, ...] = ()) -> ExecResult:
+        files = {check_relpath(k): v for k, v in (files or {}).items()}
+        cfg = launcher_cfg(argv, limits, cwd="/work", collect=collect, kill="all")
+        cfg["reset"] = ["/work", "/tmp"]
+        msg = json.dumps({"cfg": cfg, "stdin": base64.b64encode(stdin).decode(),
+                          "files": {k: base64.b64encode(v).decode() for k, v in files.items()}})
+        with self._slots:
+            try:
+                container = self._acquire(limits)
+            except Exception as exc:  # noqa: BLE001 - reported as the sandbox's own failure
+                return ExecResult(status="sandbox_error", backend=self.name,
+                                  detail=f"cannot start a container from {IMAGE}: {exc}")
+            healthy = False
+            try:
+                result, healthy = self._exec(container, msg.encode(), limits)
+            finally:
+                self._release(container, limits, healthy)
+        return result
+
+    def _exec(self, container, msg: bytes, limits: Limits) -> tuple[ExecResult, bool]:
+        api = self.client.api
+        start = time.monotonic()
+        exec_id = api.exec_create(container.id, ["python3", "-I", "-c", LAUNCHER_SOURCE,
+                                                 "framed", "-"], stdin=True, user=SANDBOX_USER,
+                                  workdir="/work", environment=SANDBOX_ENV)["Id"]
+        sock = api.exec_start(exec_id, socket=True)
+        out, err, complete = _talk(sock._sock, msg, start + limits.wall_s + HOST_SLACK_S,
+                                   4 * limits.output_bytes + (1 << 20))
+        report = None
+        if complete:
+            with contextlib.suppress(ValueError):
+                report = json.loads(out)
+        raw = Raw(wall_s=time.monotonic() - start)
+        if report is None:
+            exit_code = api.exec_inspect(exec_id).get("ExitCode") if complete else None
+            status = "sandbox_error" if exit_code != 137 else "runtime_error"
+            detail = ("the program killed its launcher (exit 137)" if exit_code == 137 else
+                      f"no report from the launcher (exit {exit_code}): {err[-300:]!r}")
+            return ExecResult(status=status, backend=self.name, wall_s=raw.wall_s,
+                              detail=detail), False
+        raw.stdout += base64.b64decode(report["stdout"])
+        raw.stderr += base64.b64decode(report["stderr"])
+        raw.timed_out = report["outcome"] == "timeout"
+        raw.output_over = report["outcome"] == "output_limit"
+        oom = report.get("oom_kills", 0) > 0 or (
+            report.get("exit_code") and b"MemoryError" in raw.stderr)
+        status, detail = classify(report=report, timed_out=raw.timed_out,
+                                  output_over=raw.output_over, oom=bool(oom), limits=limits,
+                                  cpu_s=report["cpu_s"])
+        return build_result(raw, report, status, detail, backend=self.name,
+                            cpu_s=report["cpu_s"]), report.get("survivors", 0) == 0
+
+
+def _talk(sock: socket.socket, msg: bytes, deadline: float, cap: int) -> tuple[bytes, bytes, bool]:
+    """Send msg on the exec's stdin, read its multiplexed stdout/stderr until EOF or deadline."""
+    bufs = {1: bytearray(), 2: bytearray()}
+    try:
+        sock.settimeout(max(0.1, deadline - time.monotonic()))
+        sock.sendall(msg)
+        sock.shutdown(socket.SHUT_WR)
+        data = bytearray()
+        while True:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+            while len(data) >= 8:
+                stream, size = data[0], struct.unpack(">I", data[4:8])[0]
+                if len(data) < 8 + size:
+                    break
+                if len(bufs.get(stream, b"")) < cap:
+                    bufs.setdefault(stream, bytearray()).extend(data[8:8 + size])
+                del data[:8 + size]
+        return bytes(bufs[1]), bytes(bufs[2]), True
+    except (TimeoutError, OSError):
+        return bytes(bufs[1]), bytes(bufs[2]), False
+    finally:
+        sock.close()

@@ -1,0 +1,3 @@
+# Spins on the CPU forever: must end as `timeout` (CPU rlimit or wall deadline).
+while True:
+    pass
