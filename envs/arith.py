@@ -10,6 +10,7 @@ hash check. Scoring is the `math` kind's (math-verify), with thinking required.
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -173,11 +174,13 @@ class ArithTask(Task):
         self.train_size, self.test_size = train_size, test_size
         self.source = f"synthetic: {', '.join(self.levels)} (seed {seed})"
         self._samples: dict[str, tuple[Sample, ...]] | None = None
+        self._lock = threading.Lock()
 
     def samples(self, split: str) -> tuple[Sample, ...]:
         self.check_split(split)
-        if self._samples is None:
-            self._samples = self._build()
+        with self._lock:  # built once, even when several threads ask at once
+            if self._samples is None:
+                self._samples = self._build()
         return self._samples[split]
 
     def _build(self) -> dict[str, tuple[Sample, ...]]:

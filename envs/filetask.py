@@ -8,6 +8,7 @@ kind's `score(sample, completion, options)`. Nothing here parses answers or runs
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -63,6 +64,7 @@ class FileTask(Task):
         self.splits = ("train", "val", "test") if val_fraction > 0 else ("train", "test")
         self.source = self.data + (f" (held out: {self.test_data})" if self.test_data else "")
         self._samples: dict[str, tuple[Sample, ...]] | None = None
+        self._lock = threading.Lock()
         self.duplicates = 0
         """Rows dropped as duplicates (within the data, or of a held-out prompt), once loaded."""
 
@@ -74,8 +76,9 @@ class FileTask(Task):
 
     def samples(self, split: str) -> tuple[Sample, ...]:
         self.check_split(split)
-        if self._samples is None:
-            self._samples = self._load()
+        with self._lock:  # built once, even when several threads ask at once
+            if self._samples is None:
+                self._samples = self._load()
         return self._samples[split]
 
     def score(self, sample: Sample, completion: str) -> Score:
@@ -115,6 +118,7 @@ class FileTask(Task):
         columns = list(rows[0])
         prompt_col = self._prompt_column(source, columns)
         gold_col, reader = self._gold_column(source, columns)
+        gold_field = get_kind(self.kind).gold_field
         id_col = self.fields.get("id", "id" if "id" in columns else None)
         if id_col and id_col not in columns:
             raise DataError(f"{source}: no id field {id_col!r}; fields: {', '.join(columns)}")
@@ -128,7 +132,6 @@ class FileTask(Task):
             sid = str(row[id_col]) if id_col and row.get(id_col) is not None else key[:16]
             meta = {k: v for k, v in row.items() if k not in (prompt_col, gold_col, id_col)}
             meta["row"] = n
-            gold_field = get_kind(self.kind).gold_field
             samples.append(
                 Sample(id=sid, task=self.name, prompt=prompt, meta=meta, **{gold_field: gold})
             )

@@ -70,12 +70,14 @@ class ReasoningGymTask(Task):
         self.system_prompt = MATH_SYSTEM_PROMPT
         self.source = f"reasoning-gym {dataset} (seed {seed}; scored by {scorer_of(dataset)})"
         self._samples: dict[str, tuple[Sample, ...]] | None = None
+        self._lock = threading.Lock()
         self._entries: dict[str, dict[str, Any]] = {}
 
     def samples(self, split: str) -> tuple[Sample, ...]:
         self.check_split(split)
-        if self._samples is None:
-            self._samples = self._build()
+        with self._lock:  # built once, even when several threads ask at once
+            if self._samples is None:
+                self._samples = self._build()
         return self._samples[split]
 
     def _generate(self, size: int, seed: int) -> tuple[list[Sample], list[str]]:
@@ -115,8 +117,7 @@ class ReasoningGymTask(Task):
     def _score_rg(self, sample: Sample, completion: str) -> Score:
         from scalerl.envs.math import strip_thinking
 
-        if self._samples is None:
-            self._samples = self._build()
+        self.samples("test")  # builds the entries once
         entry = self._entries.get(sample.id)
         if entry is None:
             return Score("error", reward_for("error"), f"{self.name} has no sample {sample.id!r}")

@@ -247,3 +247,14 @@ def test_polaris_deepscaler_and_math_rows_score_with_math_verify(tmp_path):
         sample = task.samples("train")[0]
         assert task.score(sample, "So \\boxed{0.5}").status == "correct"
         assert task.score(sample, "So \\boxed{0.25}").status == "wrong"
+
+
+def test_hub_id_that_cannot_be_reached_is_one_line(tmp_path):
+    code = ("from scalerl.envs.data import DataError, load_rows\n"
+            "try:\n    load_rows('nobody-xyz/not-a-dataset@train')\n"
+            "except DataError as exc:\n    print(exc)\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert out.startswith("nobody-xyz/not-a-dataset@train: cannot load from the hub (")
+    assert out.count("\n") == 1
