@@ -182,7 +182,8 @@ def _grid_arrays(x, grid):
     return A, C, np.tile(u, (len(a_vals), 1))
 
 
-def grid_search(x, y, r0, grid, *, fit_r0=False, solver="vectorised", top_k=4, B0=None):
+def grid_search(x, y, r0, grid, *, fit_r0=False, solver="vectorised", top_k=4, B0=None,
+                max_iter=60):
     """Best (A, B, C_mid, R0, SSE) over the grid, plus the per-point B (for warm starts)."""
     A, C, u = _grid_arrays(x, grid)
     R0 = np.full(len(A), float(r0))
@@ -193,7 +194,7 @@ def grid_search(x, y, r0, grid, *, fit_r0=False, solver="vectorised", top_k=4, B
         sse = np.array([s[2] if s else np.inf for s in sols])
     else:
         B0 = np.ones(len(A)) if B0 is None else B0
-        B, R0, sse = solve_b(u, y, A, R0, B0, fit_r0=fit_r0)
+        B, R0, sse = solve_b(u, y, A, R0, B0, fit_r0=fit_r0, max_iter=max_iter)
     sse = np.where(np.isfinite(sse), sse, np.inf)
     best = [(sse[i], A[i], B[i], C[i], R0[i]) for i in np.argsort(sse)[:max(1, top_k)]]
     if solver != "curve_fit":
@@ -231,7 +232,7 @@ def select(x, y, min_x=None, max_x=None) -> np.ndarray:
 def fit_sigmoid(x: Any, y: Any, *, r0: float | None = None, fit_r0: bool = False,
                 min_x: float | None = None, max_x: float | None = None,
                 grid: Grid | None = None, solver: str = "vectorised", top_k: int = 4,
-                B0: np.ndarray | None = None) -> SigmoidFit:
+                B0: np.ndarray | None = None, max_iter: int = 60) -> SigmoidFit:
     """Fit R(C) to the points with min_x <= x <= max_x (and x > 0), as in the paper's §A.5.
 
     R0 is fixed to `r0`, else to y at the smallest x given (the step-0 value); with `fit_r0` it
@@ -252,7 +253,7 @@ def fit_sigmoid(x: Any, y: Any, *, r0: float | None = None, fit_r0: bool = False
     xf, yf = x[mask], y[mask]
     grid = grid or default_grid(xf, yf)
     (A, B, C_mid, R0, sse), _ = grid_search(xf, yf, r0, grid, fit_r0=fit_r0, solver=solver,
-                                            top_k=top_k, B0=B0)
+                                            top_k=top_k, B0=B0, max_iter=max_iter)
     return SigmoidFit(A=A, B=B, C_mid=C_mid, R0=R0, sse=sse, rmse=float(np.sqrt(sse / len(xf))),
                       n_points=len(xf), x_range=(float(xf.min()), float(xf.max())),
                       r0_fitted=fit_r0, grid=grid, fit_s=time.perf_counter() - t0,
@@ -263,7 +264,8 @@ def bootstrap(x: Any, y: Any, fit: SigmoidFit, *, n: int = 100, seed: int = 0,
               min_x: float | None = None, max_x: float | None = None,
               level: float = 0.95) -> dict[str, Any]:
     """Percentile intervals of A, B, C_mid (and R0 if fitted): resample the fitted points with
-    replacement and refit on the same grid with R0 as in `fit`."""
+    replacement and refit on the same grid with R0 as in `fit` (each refit starts from the full
+    fit's B at every grid point and runs at most 20 Gauss-Newton steps)."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     mask = select(x, y, min_x, max_x)
     xf, yf = x[mask], y[mask]
@@ -277,7 +279,7 @@ def bootstrap(x: Any, y: Any, fit: SigmoidFit, *, n: int = 100, seed: int = 0,
             skipped += 1
             continue
         f = fit_sigmoid(xf[idx], yf[idx], r0=fit.R0, fit_r0=fit.r0_fitted, grid=fit.grid,
-                        top_k=1, B0=B0)
+                        top_k=1, B0=B0, max_iter=20)
         params.append((f.A, f.B, f.C_mid, f.R0))
     if not params:
         raise ValueError("bootstrap: no resample had enough distinct points")
