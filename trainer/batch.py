@@ -70,6 +70,8 @@ class GroupReport:
     zero_variance: int
     retired: int
     truncated_dropped: int
+    zero_variance_rollouts: int = 0
+    """Rollouts in the dropped zero-variance groups (for advantages.std_scope = all)."""
 
 
 def map_rewards(group: Group, correct: float, wrong: float) -> list[float]:
@@ -80,7 +82,7 @@ def prepare_groups(groups: list[Group], *, truncation: str, correct_reward: floa
                    wrong_reward: float, zero_variance_filter: bool,
                    retirement: PromptRetirement) -> tuple[list[Group], GroupReport]:
     """Truncation policy, then NPR bookkeeping, then zero-variance filtering (no refilling)."""
-    kept, zero_var, retired, dropped = [], 0, 0, 0
+    kept, zero_var, retired, dropped, zero_rows = [], 0, 0, 0, 0
     for group in groups:
         trimmed = apply_truncation(group, truncation, wrong_reward)
         dropped += len(group) - len(trimmed)
@@ -91,9 +93,10 @@ def prepare_groups(groups: list[Group], *, truncation: str, correct_reward: floa
         if zero_variance_filter and is_zero_variance(map_rewards(trimmed, correct_reward,
                                                                  wrong_reward)):
             zero_var += 1
+            zero_rows += len(trimmed)
             continue
         kept.append(trimmed)
-    return kept, GroupReport(len(groups), zero_var, retired, dropped)
+    return kept, GroupReport(len(groups), zero_var, retired, dropped, zero_rows)
 
 
 def _pad(rows: list[list[float]], value: float, dtype: torch.dtype) -> Tensor:
@@ -102,15 +105,23 @@ def _pad(rows: list[list[float]], value: float, dtype: torch.dtype) -> Tensor:
 
 
 def collate(groups: list[Group], *, normalise: str, aggregation: str, correct_reward: float,
-            wrong_reward: float, pad_id: int, eps: float = 1e-6) -> TrainBatch:
-    """Advantages and aggregation weights over all `groups`, then right-padded tensors."""
+            wrong_reward: float, pad_id: int, eps: float = 1e-6,
+            zero_rows: int = 0) -> TrainBatch:
+    """Advantages and aggregation weights over all `groups`, then right-padded tensors.
+
+    `zero_rows` counts rollouts of filtered zero-variance groups: their (zero) centred
+    advantages join the batch std (advantages.std_scope = all) but are not trained on.
+    """
     rollouts = [r for g in groups for r in g]
     if not rollouts:
         raise ValueError("collate: no rollouts left to train on")
     group_ids = torch.tensor([i for i, g in enumerate(groups) for _ in g])
     rewards = torch.tensor([x for g in groups for x in map_rewards(g, correct_reward,
                                                                    wrong_reward)])
-    advantages = compute_advantages(rewards, group_ids, normalise=normalise, eps=eps)
+    pad_groups = torch.arange(len(groups), len(groups) + zero_rows)  # one alike row each
+    advantages = compute_advantages(torch.cat([rewards, torch.zeros(zero_rows)]),
+                                    torch.cat([group_ids, pad_groups]), normalise=normalise,
+                                    eps=eps)[:len(rollouts)]
     seqs = [list(r.prompt_token_ids) + list(r.token_ids) for r in rollouts]
     input_ids = _pad(seqs, pad_id, torch.long)
     attention = _pad([[1] * len(s) for s in seqs], 0, torch.long)

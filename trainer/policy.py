@@ -71,9 +71,12 @@ def token_stats(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, pro
     head = model.get_output_embeddings()
     weight, bias = head.weight, getattr(head, "bias", None)
     if fp32_head:
-        h, weight = h.float(), weight.float()
-        bias = bias.float() if bias is not None else None
-    logits = F.linear(h, weight, bias).float() / temperature  # (B, T, V)
+        # Under bf16 autocast a Linear runs in bf16 whatever its inputs: switch it off here.
+        with torch.autocast(device_type=h.device.type, enabled=False):
+            logits = F.linear(h.float(), weight.float(), None if bias is None else bias.float())
+    else:
+        logits = F.linear(h, weight, bias)
+    logits = logits.float() / temperature  # (B, T, V)
     logp_all = torch.log_softmax(logits, dim=-1)
     targets = input_ids.gather(1, (positions + 1).clamp(max=input_ids.shape[1] - 1))
     logprobs = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)

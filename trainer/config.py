@@ -1,0 +1,162 @@
+"""The trainer's frozen config dataclasses; every field documented once, right under it.
+
+Defaults are the ScaleRL paper's (recipe §2) except where the paper is silent, where the default
+chosen is documented on the field. Cross-field checks live in `scalerl.config.validate`, which
+runs once at start-up; this module only declares shapes and allowed values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    model: str = "tiny"
+    """Hugging Face model path or hub name; `tiny` builds (or reuses) the tiny CPU model."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Trainer weights dtype; `auto` is float32 on CPU and bfloat16 on GPU."""
+    fp32_head: bool = True
+    """Compute the LM head in FP32 (recipe §2.7); must equal the engine's `fp32_head`."""
+    temperature: float = 1.0
+    """Sampling temperature; trainer logprobs are taken at the same temperature."""
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    name: Literal["cispo", "grpo", "dapo", "gspo"] = "cispo"
+    """Surrogate, a key of trainer.losses.LOSSES (recipe §2.4)."""
+    aggregation: Literal["prompt", "sample", "token"] = "prompt"
+    """How per-token losses are averaged (recipe §2.5); ScaleRL: prompt."""
+    eps_max: float | None = None
+    """CISPO absolute cap on the importance ratio (None: the loss default, 4)."""
+    clip_low: float | None = None
+    """PPO/GSPO lower clip (None: the loss default: grpo/dapo 0.2, gspo 3e-3)."""
+    clip_high: float | None = None
+    """PPO/GSPO upper clip (None: the loss default: grpo 0.2, dapo 0.28, gspo 5e-3)."""
+    length_norm: bool | None = None
+    """GSPO: length-normalised sequence ratio (None: the loss default, True)."""
+
+
+@dataclass(frozen=True)
+class AdvantageConfig:
+    normalise: Literal["batch", "prompt", "none"] = "batch"
+    """After group centring: divide by the batch std (ScaleRL), the prompt std, or nothing."""
+    std_scope: Literal["filtered", "all"] = "filtered"
+    """Rows whose spread sets the batch std: after zero-variance filtering, or all (§5.7)."""
+    eps: float = 1e-6
+    """Added to the std before dividing."""
+    correct_reward: float = 1.0
+    """Reward of a `correct` verdict (recipe §2.11: +1)."""
+    wrong_reward: float = -1.0
+    """Reward of any other verdict (wrong, no_answer, timeout, error: -1)."""
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    zero_variance: bool = True
+    """Drop prompts whose rollouts all scored alike, with no refilling (§2.8)."""
+    retire: bool = True
+    """No-Positive-Resampling: never sample again a prompt whose pass rate reached the
+    threshold (§2.9)."""
+    retire_threshold: float = 0.9
+    """Pass rate at which a prompt is retired."""
+    retire_history: Literal["last", "mean"] = "last"
+    """Pass rate judged on the last observed group (TRL's reading) or the mean of all."""
+    truncation: Literal["drop", "wrong", "keep"] = "drop"
+    """Truncated rollouts (no answer within the hard cap): `drop` them from the batch (the
+    paper's "effective batch", §5.5), score them `wrong`, or `keep` the verifier's score."""
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 5e-7
+    """AdamW learning rate (paper: 5e-7 for the 8B model), constant after warm-up."""
+    eps: float = 1e-15
+    """AdamW epsilon (paper: 1e-15, avoids update clipping)."""
+    weight_decay: float = 0.01
+    """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas (not stated by the paper; torch defaults)."""
+    warmup_steps: int = 100
+    """Linear warm-up steps from 0 to `lr`."""
+    max_grad_norm: float | None = 1.0
+    """Gradient-norm clip (not stated by the paper; 1.0); None disables clipping."""
+
+
+@dataclass(frozen=True)
+class OffPolicyConfig:
+    mode: Literal["ppo", "pipelinerl"] = "ppo"
+    """`ppo`: PPO-offpolicy-k (generate k minibatches with one policy, take k steps, sync).
+    `pipelinerl`: streaming generation with in-flight updates (issue 7)."""
+    k: int = 1
+    """PPO-offpolicy-k: optimizer steps per generation round (paper: 1 or 8)."""
+    max_lag: int = 8
+    """PipelineRL-k: most policy versions a trained token may lag behind (paper: 8)."""
+    prompts_per_step: int = 48
+    """Prompts per optimizer step (paper: 48)."""
+    rollouts_per_prompt: int = 16
+    """Rollouts (group size) per prompt (paper: 16)."""
+    micro_batch_size: int = 16
+    """Completions per forward/backward; the step is exact whatever this is."""
+
+
+@dataclass(frozen=True)
+class ValConfig:
+    every: int = 100
+    """Held-out validation every N steps (and at step 0 and the end); 0 disables it."""
+    n: int = 16
+    """Rollouts per held-out prompt (mean@n; paper: 16)."""
+    ks: tuple[int, ...] = (1,)
+    """pass@k values reported."""
+    limit: int | None = 1000
+    """Held-out prompts per task (the task's first ones); None: the whole split."""
+    split: str = "test"
+    """Held-out split name."""
+    temperature: float | None = None
+    """Validation sampling temperature (None: the training temperature)."""
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    tensorboard: bool = True
+    """Write TensorBoard scalars under <run-dir>/tb."""
+    progress: bool = True
+    """Show a rich progress line."""
+    truncation_warn: float = 0.05
+    """Warn when the truncated fraction of a step passes this (paper: 10-15% destabilises)."""
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    every: int = 100
+    """Checkpoint every N optimizer steps (and at the end); 0: only at the end."""
+    keep: int = 2
+    """Most recent checkpoints kept."""
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    steps: int = 1000
+    """Optimizer steps to run."""
+    seed: int = 0
+    """Seeds the prompt sampler, generation and torch."""
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    """The trained model: path, dtype, FP32 head, temperature."""
+    loss: LossConfig = field(default_factory=LossConfig)
+    """Surrogate loss and aggregation."""
+    advantages: AdvantageConfig = field(default_factory=AdvantageConfig)
+    """Rewards and advantage normalisation."""
+    filters: FilterConfig = field(default_factory=FilterConfig)
+    """Zero-variance filter, No-Positive-Resampling, truncated rollouts."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """AdamW, warm-up and gradient clipping."""
+    offpolicy: OffPolicyConfig = field(default_factory=OffPolicyConfig)
+    """Off-policy mode and batch shape."""
+    val: ValConfig = field(default_factory=ValConfig)
+    """Held-out validation."""
+    log: LogConfig = field(default_factory=LogConfig)
+    """Metrics outputs."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpoint cadence."""

@@ -1,0 +1,148 @@
+"""Training metrics: per-step figures from rollouts, a compute clock, and the writers.
+
+`rollout_metrics` turns one step's groups into reward, pass-rate, length and finish-reason
+figures; `ComputeClock` accumulates device-seconds and tokens across resumes; `MetricsWriter`
+appends one JSON line per step to metrics.jsonl, mirrors scalars to TensorBoard and shows a rich
+progress line. Stable grouped keys (`reward/mean`, `loss/clip_frac`, ...). No training here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from scalerl.trainer.filters import Group
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def rollout_metrics(groups: list[Group]) -> dict[str, float]:
+    """reward/mean, reward/<task>, train/<task>/pass_rate, rollout/* of one step's rollouts."""
+    rollouts = [r for g in groups for r in g]
+    if not rollouts:
+        return {}
+    by_task: dict[str, list] = defaultdict(list)
+    for r in rollouts:
+        by_task[r.task].append(r)
+    lengths = [len(r.token_ids) for r in rollouts]
+    out = {
+        "reward/mean": _mean([r.reward for r in rollouts]),
+        "rollout/truncated_frac": _mean([r.finish_reason == "truncated" for r in rollouts]),
+        "rollout/interrupted_frac": _mean([r.finish_reason == "interrupted" for r in rollouts]),
+        "rollout/length_mean": _mean(lengths),
+        "rollout/length_max": float(max(lengths)),
+        "rollout/length_min": float(min(lengths)),
+        "rollout/thinking_tokens_mean": _mean([r.thinking_tokens for r in rollouts]),
+        "rollout/answer_tokens_mean": _mean([r.answer_tokens for r in rollouts]),
+        "rollout/error_frac": _mean([r.score.status in ("error", "timeout") for r in rollouts]),
+        "rollout/count": float(len(rollouts)),
+    }
+    for task, rs in sorted(by_task.items()):
+        out[f"reward/{task}"] = _mean([r.reward for r in rs])
+        out[f"train/{task}/pass_rate"] = _mean([r.score.correct for r in rs])
+    return out
+
+
+class ComputeClock:
+    """Cumulative compute: device-seconds (wall x devices), GPU-hours, generated/trained tokens."""
+
+    def __init__(self, devices: int, on_gpu: bool):
+        self.devices, self.on_gpu = devices, on_gpu
+        self.device_s = 0.0
+        self.gen_tokens = 0
+        self.train_tokens = 0
+        self._last = time.perf_counter()
+
+    def tick(self, gen_tokens: int = 0, train_tokens: int = 0) -> dict[str, float]:
+        now = time.perf_counter()
+        self.device_s += (now - self._last) * self.devices
+        self._last = now
+        self.gen_tokens += gen_tokens
+        self.train_tokens += train_tokens
+        out = {"compute/device_s": self.device_s, "compute/gen_tokens": float(self.gen_tokens),
+               "compute/train_tokens": float(self.train_tokens)}
+        if self.on_gpu:
+            out["compute/gpu_hours"] = self.device_s / 3600.0
+        return out
+
+    def state_dict(self) -> dict[str, float]:
+        return {"device_s": self.device_s, "gen_tokens": self.gen_tokens,
+                "train_tokens": self.train_tokens}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.device_s = float(state["device_s"])
+        self.gen_tokens = int(state["gen_tokens"])
+        self.train_tokens = int(state["train_tokens"])
+        self._last = time.perf_counter()
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+class MetricsWriter:
+    """metrics.jsonl (+ TensorBoard, + a rich progress line) under `run_dir`."""
+
+    SHOWN = ("reward/mean", "loss/value", "policy/entropy", "rollout/truncated_frac",
+             "trainer/tokens_per_s")
+
+    def __init__(self, run_dir: Path, *, total_steps: int, tensorboard: bool = True,
+                 progress: bool = True, start_step: int = 0):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a")
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(Path(run_dir) / "tb"))
+        self._progress = self._task = None
+        if progress:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            self._progress = Progress("[bold]train", BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), transient=False)
+            self._task = self._progress.add_task("train", total=total_steps, completed=start_step)
+            self._progress.start()
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        row = {"step": step, "time": time.time(), **metrics}
+        self._file.write(json.dumps(row, allow_nan=True) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            for key, value in metrics.items():
+                if _finite(value):
+                    self._tb.add_scalar(key, value, step)
+        if self._progress is not None and "loss/value" in metrics:
+            self._progress.update(self._task, completed=step)
+            shown = "  ".join(f"{k.split('/')[-1]} {metrics[k]:.4g}" for k in self.SHOWN
+                              if _finite(metrics.get(k)))
+            self._progress.console.print(f"step {step:5d}  {shown}")
+
+    def print(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.console.print(text)
+        else:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def truncate_jsonl(path: Path, last_step: int) -> None:
+    """Drop rows logged after `last_step` (a killed run's steps past its last checkpoint)."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines()
+            if line.strip() and json.loads(line)["step"] <= last_step]
+    path.write_text("".join(line + "\n" for line in keep))

@@ -1,0 +1,294 @@
+"""The RL training loop on Accelerate: PPO-offpolicy-k now, PipelineRL-k through the same source.
+
+`train()` reads top to bottom: set up, validate at step 0, then per step take groups from the
+rollout source, filter and collate them, take one exact optimizer step, hand the new weights to the
+source, log, validate and checkpoint. The source (`trainer/sources.py`) decides when generation
+happens and when weights reach the generator. Building the model, the generator and the tasks is
+the glue's (scalerl/commands/train.py); this module never imports vLLM.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from scalerl.envs.base import Task
+from scalerl.rollout.evaluate import evaluate
+from scalerl.rollout.types import Budget
+from scalerl.trainer.batch import GroupReport, collate, prepare_groups
+from scalerl.trainer.checkpoint import load_state, save_checkpoint, set_rng_state
+from scalerl.trainer.config import TrainerConfig
+from scalerl.trainer.filters import Group, PromptRetirement
+from scalerl.trainer.losses import loss_kwargs
+from scalerl.trainer.metrics import ComputeClock, MetricsWriter, rollout_metrics, truncate_jsonl
+from scalerl.trainer.policy import named_weights
+from scalerl.trainer.sampler import TaskSampler
+from scalerl.trainer.sources import SourceSettings, make_source
+from scalerl.trainer.step import StepSettings, train_step
+
+
+@dataclass(frozen=True)
+class TrainTask:
+    """One task of the mixture as the loop sees it."""
+
+    task: Task
+    budget: Budget
+    weight: float = 1.0
+
+
+@dataclass
+class Run:
+    """The live state of one run (mutable; checkpointed by `checkpoint`)."""
+
+    cfg: TrainerConfig
+    accelerator: Any
+    model: Any
+    tokenizer: Any
+    optimizer: Any
+    scheduler: Any
+    source: Any
+    retirement: PromptRetirement
+    clock: ComputeClock
+    writer: MetricsWriter | None
+    tasks: Mapping[str, TrainTask]
+    run_dir: Path
+    generator: Any
+    step: int = 0
+    train_s: float = 0.0
+    loop_s: float = 0.0
+    validations: list[dict[str, float]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop.
+
+def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str, TrainTask],
+          run_dir: Path, accelerator, resume_from: Path | None = None) -> Run:
+    """Run `cfg.steps` optimizer steps (from a checkpoint when `resume_from`); returns the run."""
+    run = setup(cfg, model, tokenizer, generator, tasks, Path(run_dir), accelerator)
+    if resume_from is not None:
+        restore(run, resume_from)
+    if run.step == 0:
+        validate_heldout(run)
+    while run.step < cfg.steps:
+        t0 = time.perf_counter()
+        groups, gen_metrics = next_groups(run)
+        kept, report = filter_groups(run, groups)
+        t1 = time.perf_counter()
+        step_metrics = optimise(run, kept, report)
+        run.train_s += time.perf_counter() - t1
+        run.step += 1
+        run.source.on_step(run.step, lambda: named_weights(unwrap(run)))
+        run.loop_s += time.perf_counter() - t0
+        log_step(run, groups, report, gen_metrics, step_metrics, time.perf_counter() - t1)
+        if due(run.step, cfg.val.every) or run.step == cfg.steps:
+            validate_heldout(run)
+        if due(run.step, cfg.checkpoint.every) or run.step == cfg.steps:
+            checkpoint(run)
+    finish(run)
+    return run
+
+
+def due(step: int, every: int) -> bool:
+    return every > 0 and step % every == 0
+
+
+def unwrap(run: Run):
+    return run.accelerator.unwrap_model(run.model)
+
+
+# ---------------------------------------------------------------------------------------------
+# Set-up and restore.
+
+def setup(cfg: TrainerConfig, model, tokenizer, generator, tasks: Mapping[str, TrainTask],
+          run_dir: Path, accelerator) -> Run:
+    torch.manual_seed(cfg.seed)
+    o = cfg.optim
+    optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,
+                                  weight_decay=o.weight_decay)
+    warmup = o.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup > 0 else 1.0)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    f = cfg.filters
+    retirement = PromptRetirement(f.retire_threshold, f.retire_history, enabled=f.retire)
+    source = None
+    if accelerator.is_main_process:
+        source = make_source(cfg.offpolicy.mode, generator, make_sampler(cfg, tasks, retirement),
+                             source_settings(cfg, tasks))
+    writer = None
+    if accelerator.is_main_process:
+        writer = MetricsWriter(run_dir, total_steps=cfg.steps, tensorboard=cfg.log.tensorboard,
+                               progress=cfg.log.progress)
+    clock = ComputeClock(accelerator.num_processes + (generator is not None),
+                         on_gpu=accelerator.device.type == "cuda")
+    return Run(cfg, accelerator, model, tokenizer, optimizer, scheduler, source, retirement,
+               clock, writer, tasks, run_dir, generator)
+
+
+def make_sampler(cfg: TrainerConfig, tasks: Mapping[str, TrainTask],
+                 retirement: PromptRetirement) -> TaskSampler:
+    samples = {name: t.task.samples("train") for name, t in tasks.items()}
+    weights = {name: t.weight for name, t in tasks.items()}
+    return TaskSampler(samples, weights, seed=cfg.seed, is_retired=retirement.is_retired)
+
+
+def source_settings(cfg: TrainerConfig, tasks: Mapping[str, TrainTask]) -> SourceSettings:
+    o = cfg.offpolicy
+    return SourceSettings(budgets={n: t.budget for n, t in tasks.items()},
+                          prompts_per_step=o.prompts_per_step,
+                          rollouts_per_prompt=o.rollouts_per_prompt,
+                          temperature=cfg.policy.temperature, seed=cfg.seed, k=o.k)
+
+
+def restore(run: Run, path: Path) -> None:
+    """Load everything but the model weights (the glue loaded the model from `path`)."""
+    state = load_state(path)
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    run.retirement.load_state_dict(state["retirement"])
+    run.clock.load_state_dict(state["clock"])
+    run.step = int(state["step"])
+    run.train_s, run.loop_s = state["train_s"], state["loop_s"]
+    run.validations = list(state["validations"])
+    if run.source is not None:
+        run.source.load_state_dict(state["source"])
+        run.source.on_step(run.step, lambda: named_weights(unwrap(run)))  # tags the version
+    if run.writer is not None:
+        truncate_jsonl(run.writer.path, run.step)
+    set_rng_state(state["rng"])
+
+
+def checkpoint(run: Run) -> None:
+    run.accelerator.wait_for_everyone()
+    if not run.accelerator.is_main_process:
+        return
+    state = {"optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
+             "retirement": run.retirement.state_dict(), "clock": run.clock.state_dict(),
+             "source": run.source.state_dict(), "train_s": run.train_s, "loop_s": run.loop_s,
+             "validations": run.validations}
+    save_checkpoint(run.run_dir, run.step, unwrap(run), run.tokenizer, state,
+                    keep=run.cfg.checkpoint.keep)
+
+
+# ---------------------------------------------------------------------------------------------
+# One step.
+
+def next_groups(run: Run) -> tuple[list[Group], dict[str, float]]:
+    """Rank 0 asks the source; the other ranks receive the same groups."""
+    payload = [run.source.next_groups(run.step) if run.source is not None else None]
+    if run.accelerator.num_processes > 1:
+        torch.distributed.broadcast_object_list(payload, src=0)
+    return payload[0]
+
+
+def filter_groups(run: Run, groups: list[Group]) -> tuple[list[Group], GroupReport]:
+    f, a = run.cfg.filters, run.cfg.advantages
+    return prepare_groups(groups, truncation=f.truncation, correct_reward=a.correct_reward,
+                          wrong_reward=a.wrong_reward, zero_variance_filter=f.zero_variance,
+                          retirement=run.retirement)
+
+
+def optimise(run: Run, kept: list[Group], report: GroupReport) -> dict[str, float]:
+    """One optimizer step on the kept groups (a step with no groups only advances the schedule)."""
+    cfg = run.cfg
+    if not kept:
+        run.scheduler.step()
+        return {"batch/empty": 1.0}
+    a = cfg.advantages
+    batch = collate(kept, normalise=a.normalise, aggregation=cfg.loss.aggregation,
+                    correct_reward=a.correct_reward, wrong_reward=a.wrong_reward,
+                    pad_id=pad_id(run.tokenizer), eps=a.eps,
+                    zero_rows=report.zero_variance_rollouts if a.std_scope == "all" else 0)
+    loss = cfg.loss
+    settings = StepSettings(
+        loss=loss.name, micro_batch_size=cfg.offpolicy.micro_batch_size,
+        loss_kwargs=loss_kwargs(loss.name, {"eps_max": loss.eps_max, "clip_low": loss.clip_low,
+                                            "clip_high": loss.clip_high,
+                                            "length_norm": loss.length_norm}),
+        temperature=cfg.policy.temperature, fp32_head=cfg.policy.fp32_head,
+        max_grad_norm=cfg.optim.max_grad_norm)
+    stats = train_step(run.accelerator, run.model, run.optimizer, run.scheduler, batch, settings)
+    stats["tokens_total"] = float(batch.num_tokens)
+    return stats
+
+
+def pad_id(tokenizer) -> int:
+    pid = getattr(tokenizer, "pad_token_id", None)
+    return int(pid if pid is not None else tokenizer.eos_token_id)
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics, validation, the end.
+
+STEP_KEYS = {"loss": "loss/value", "entropy": "policy/entropy", "clip_frac": "loss/clip_frac",
+             "cispo_trunc_frac": "loss/cispo_trunc_frac", "is_ratio": "is_ratio/mean",
+             "is_ratio_min": "is_ratio/min", "is_ratio_max": "is_ratio/max",
+             "mismatch_kl": "policy/mismatch_kl", "grad_norm": "optim/grad_norm",
+             "train_tokens": "batch/train_tokens", "batch/empty": "batch/empty"}
+
+
+def log_step(run: Run, groups: list[Group], report: GroupReport, gen: dict[str, float],
+             stats: dict[str, float], train_s: float) -> None:
+    if run.writer is None:
+        return
+    metrics = rollout_metrics(groups) | gen
+    metrics |= {STEP_KEYS[k]: v for k, v in stats.items() if k in STEP_KEYS}
+    metrics |= {
+        "batch/zero_variance_frac": report.zero_variance / max(report.groups_in, 1),
+        "batch/retired_frac": len(run.retirement.retired) / max(total_prompts(run), 1),
+        "batch/retired_now": float(report.retired),
+        "batch/truncated_dropped": float(report.truncated_dropped),
+        "trainer/tokens_per_s": stats.get("tokens_total", 0.0) / max(train_s, 1e-9),
+        "trainer/step_s": train_s, "optim/lr": run.scheduler.get_last_lr()[0],
+    }
+    gen_tokens = sum(len(r.token_ids) for g in groups for r in g)
+    metrics |= run.clock.tick(gen_tokens, int(stats.get("train_tokens", 0)))
+    run.writer.log(run.step, metrics)
+    trunc = metrics.get("rollout/truncated_frac", 0.0)
+    if trunc > run.cfg.log.truncation_warn:
+        message = (f"step {run.step}: {trunc:.1%} of rollouts truncated (> "
+                   f"{run.cfg.log.truncation_warn:.0%}; the paper saw 10-15% destabilise runs)")
+        warnings.warn(message, stacklevel=1)
+        run.writer.print(f"[yellow]warning:[/] {message}")
+
+
+def total_prompts(run: Run) -> int:
+    return sum(len(t.task.samples("train")) for t in run.tasks.values())
+
+
+def validate_heldout(run: Run) -> dict[str, float]:
+    """Held-out pass@k and mean@n per task with the current weights (rank 0 generates)."""
+    v = run.cfg.val
+    if v.every == 0 or run.source is None:
+        return {}
+    run.source.ensure_synced()
+    temperature = v.temperature if v.temperature is not None else run.cfg.policy.temperature
+    metrics: dict[str, float] = {}
+    t = time.perf_counter()
+    for name, spec in run.tasks.items():
+        report = evaluate(run.generator, [spec.task], n=v.n, budget=spec.budget, split=v.split,
+                          ks=v.ks, temperature=temperature, seed=run.cfg.seed + 7919,
+                          limit=v.limit)
+        metrics |= report.tasks[name].metrics(f"val/{name}")
+    metrics["val/seconds"] = time.perf_counter() - t
+    run.validations.append({"step": run.step, **metrics})
+    if run.writer is not None:
+        run.writer.log(run.step, metrics)
+        shown = "  ".join(f"{k[4:]} {val:.3f}" for k, val in metrics.items()
+                          if k.endswith("pass@1"))
+        run.writer.print(f"[bold]held-out[/] step {run.step}: {shown}")
+    return metrics
+
+
+def finish(run: Run) -> None:
+    if run.writer is not None:
+        run.writer.close()
+    if run.source is not None:
+        run.source.close()

@@ -1,0 +1,165 @@
+"""Rollout sources: where the training loop's groups come from, behind one interface.
+
+`RolloutSource` is what `trainer/offpolicy.py` calls: `next_groups` before a step, `on_step` after
+it. `PPOOffPolicy` generates k minibatches with one policy and pushes the weights into the
+generator before the next round; PipelineRL-k (issue 7) registers a streaming, lag-bounded source
+in `SOURCES` with the same calls. No optimisation or logging here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from scalerl.envs.base import Sample
+from scalerl.rollout.types import Budget, Rollout
+from scalerl.trainer.filters import Group
+
+Weights = Callable[[], Iterable[tuple[str, torch.Tensor]]]
+"""Called when the weights are needed: (name, tensor) pairs of the current policy."""
+
+
+class RolloutSource(Protocol):
+    """Where training groups come from. Rank 0 only; other ranks receive the groups."""
+
+    def next_groups(self, trainer_version: int) -> tuple[list[Group], dict[str, float]]:
+        """The groups (n rollouts of one prompt each) of the next optimizer step, and metrics."""
+
+    def on_step(self, version: int, weights: Weights) -> dict[str, float]:
+        """The trainer finished the step that produced policy `version`."""
+
+    def ensure_synced(self) -> dict[str, float]:
+        """Make the generator hold the latest weights (before held-out validation)."""
+
+    def idle(self) -> dict[str, float]:
+        """Seconds the generator spent generating and syncing so far."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """Plain values a rollout source needs (from the run config)."""
+
+    budgets: Mapping[str, Budget]
+    """Length budget per task."""
+    prompts_per_step: int
+    rollouts_per_prompt: int
+    temperature: float
+    seed: int
+    k: int = 1
+    """PPO-offpolicy-k: minibatches generated per round (one policy), one step each."""
+
+
+class PPOOffPolicy:
+    """PPO-offpolicy-k: generate k x prompts_per_step prompts with one policy, serve them as k
+    minibatches, and push the trainer's weights into the generator before the next round."""
+
+    def __init__(self, generator, sampler: Callable[[], Sample], s: SourceSettings):
+        self.generator, self.sampler, self.s = generator, sampler, s
+        self.pending: list[list[Group]] = []
+        self.round = 0
+        self._weights: tuple[int, Weights] | None = None
+        self.gen_s = 0.0
+        self.sync_s = 0.0
+
+    # -- the two calls the loop makes -----------------------------------------------------
+    def next_groups(self, trainer_version: int) -> tuple[list[Group], dict[str, float]]:
+        metrics: dict[str, float] = {}
+        if not self.pending:
+            metrics |= self.ensure_synced()
+            metrics |= self._generate_round()
+        return self.pending.pop(0), metrics
+
+    def on_step(self, version: int, weights: Weights) -> dict[str, float]:
+        self._weights = (version, weights)  # pushed lazily, right before the next round
+        return {}
+
+    # -- internals ------------------------------------------------------------------------
+    def ensure_synced(self) -> dict[str, float]:
+        if self._weights is None or self._weights[0] == self.generator.version:
+            return {}
+        version, weights = self._weights
+        t = time.perf_counter()
+        self.generator.update_weights(list(weights()), version)
+        took = time.perf_counter() - t
+        self.sync_s += took
+        return {"rollout/sync_s": took}
+
+    def _generate_round(self) -> dict[str, float]:
+        s = self.s
+        samples = [self.sampler() for _ in range(s.k * s.prompts_per_step)]
+        seed = s.seed * 1_000_003 + self.round
+        t = time.perf_counter()
+        groups = generate_groups(self.generator, samples, s.budgets, n=s.rollouts_per_prompt,
+                                 temperature=s.temperature, seed=seed)
+        took = time.perf_counter() - t
+        self.gen_s += took
+        self.round += 1
+        p = s.prompts_per_step
+        self.pending = [groups[i * p:(i + 1) * p] for i in range(s.k)]
+        tokens = sum(len(r.token_ids) for g in groups for r in g)
+        return {"rollout/gen_s": took, "rollout/tokens_per_s": tokens / max(took, 1e-9),
+                "rollout/round_tokens": float(tokens)}
+
+    def idle(self) -> dict[str, float]:
+        return {"gen_s": self.gen_s, "sync_s": self.sync_s}
+
+    def state_dict(self) -> dict[str, Any]:
+        sampler_state = getattr(self.sampler, "state_dict", None)
+        return {"round": self.round, "pending": self.pending,
+                "sampler": sampler_state() if sampler_state else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.round = int(state["round"])
+        self.pending = list(state["pending"])
+        if state.get("sampler") is not None:
+            self.sampler.load_state_dict(state["sampler"])
+
+    def close(self) -> None:
+        return None
+
+
+def generate_groups(generator, samples: list[Sample], budgets: Mapping[str, Budget], *, n: int,
+                    temperature: float, seed: int) -> list[Group]:
+    """n rollouts per sample, one generate call per task (each with its budget) run at once;
+    groups come back in the order of `samples`."""
+    by_task: dict[str, list[int]] = {}
+    for i, sample in enumerate(samples):
+        by_task.setdefault(sample.task, []).append(i)
+
+    def run(task: str) -> list[Rollout]:
+        rows = [samples[i] for i in by_task[task]]
+        return generator.generate(rows, n=n, budget=budgets[task], temperature=temperature,
+                                  seed=seed)
+
+    groups: list[Group | None] = [None] * len(samples)
+    with ThreadPoolExecutor(max(1, len(by_task))) as pool:
+        results = dict(zip(by_task, pool.map(run, by_task), strict=True))
+    for task, rollouts in results.items():
+        if len(rollouts) != n * len(by_task[task]):
+            raise RuntimeError(f"generator returned {len(rollouts)} rollouts for "
+                               f"{len(by_task[task])} {task} samples x n={n}")
+        for j, i in enumerate(by_task[task]):
+            groups[i] = list(rollouts[j * n:(j + 1) * n])
+    return groups  # type: ignore[return-value]
+
+
+SOURCES: dict[str, Callable[..., RolloutSource]] = {"ppo": PPOOffPolicy}
+"""offpolicy.mode -> source factory(generator, sampler, SourceSettings)."""
+
+
+def make_source(mode: str, generator, sampler, settings: SourceSettings) -> RolloutSource:
+    if mode not in SOURCES:
+        raise KeyError(f"offpolicy.mode {mode!r} has no rollout source here; known: "
+                       f"{', '.join(sorted(SOURCES))}")
+    return SOURCES[mode](generator, sampler, settings)
