@@ -1,0 +1,117 @@
+"""pass@k / mean@n estimators and per-task aggregation (rollout/evaluate.py), checked by hand."""
+
+import json
+
+import pytest
+
+from scalerl.envs.base import Score
+from scalerl.rollout.evaluate import RowError, aggregate, pass_at_k, record_from_row
+from scalerl.rollout.types import Rollout
+
+
+@pytest.mark.parametrize("n, c, k, expected", [
+    (5, 2, 2, 0.7),                 # 1 - C(3,2)/C(5,2) = 1 - 3/10
+    (5, 2, 1, 0.4),                 # pass@1 = c/n
+    (10, 3, 5, 1 - 21 / 252),       # 1 - C(7,5)/C(10,5)
+    (4, 1, 2, 0.5),                 # 1 - C(3,2)/C(4,2) = 1 - 3/6
+    (5, 4, 2, 1.0),                 # n - c < k: every k-subset has a correct one
+    (5, 0, 3, 0.0),
+    (5, 5, 5, 1.0),
+    (1000, 1, 500, 0.5),            # 1 - C(999,500)/C(1000,500) = 1 - 500/1000; no overflow
+])
+def test_pass_at_k_by_hand(n, c, k, expected):
+    assert pass_at_k(n, c, k) == pytest.approx(expected, rel=1e-12, abs=1e-15)
+
+
+def test_pass_at_k_is_not_max_over_n():
+    # 1 correct of 16: max-over-n says pass@4 = 1; the unbiased value is 4/16
+    assert pass_at_k(16, 1, 4) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("n, c, k", [(4, 5, 1), (4, -1, 1), (4, 2, 5), (4, 2, 0)])
+def test_pass_at_k_rejects_impossible_counts(n, c, k):
+    with pytest.raises(ValueError):
+        pass_at_k(n, c, k)
+
+
+def rollout(task, sample_id, group, status, finish="stop", think=3, answer=2):
+    tokens = tuple(range(think + answer))
+    return Rollout(sample_id=sample_id, task=task, prompt_token_ids=(1, 2), token_ids=tokens,
+                   logprobs=tuple(-0.5 for _ in tokens), versions=tuple(0 for _ in tokens),
+                   finish_reason=finish, thinking_tokens=think, answer_tokens=answer,
+                   completion="x", score=Score(status=status, reward=1.0 if status == "correct"
+                                               else -1.0), group=group)
+
+
+def fixture_rollouts():
+    """task a: s1 2/4 correct, s2 0/4; task b: s1 (same id, other task) 4/4."""
+    a1 = ["correct", "wrong", "correct", "no_answer"]
+    a2 = ["wrong", "error", "timeout", "wrong"]
+    out = [rollout("a", "s1", g, st, finish="truncated" if g == 3 else "stop")
+           for g, st in enumerate(a1)]
+    out += [rollout("a", "s2", g, st, finish="interrupted" if g == 0 else "stop", think=7)
+            for g, st in enumerate(a2)]
+    out += [rollout("b", "s1", g, "correct", think=1, answer=1) for g in range(4)]
+    return out
+
+
+def test_aggregate_per_task_and_overall_by_hand():
+    report = aggregate(fixture_rollouts(), ks=(1, 2, 8))
+    a, b, overall = report.tasks["a"], report.tasks["b"], report.overall
+    assert (a.samples, a.rollouts, b.samples, overall.samples) == (2, 8, 1, 3)
+    assert a.pass_at[1] == pytest.approx(0.25)              # (2/4 + 0/4) / 2
+    assert a.pass_at[2] == pytest.approx((5 / 6 + 0) / 2)   # s1: 1 - C(2,2)/C(4,2) = 5/6
+    assert b.pass_at[1] == 1.0 and b.pass_at[2] == 1.0
+    assert overall.pass_at[1] == pytest.approx((0.5 + 0 + 1) / 3)
+    assert overall.pass_at[2] == pytest.approx((5 / 6 + 0 + 1) / 3)
+    assert a.pass_at[8] is None and "fewest here is 4" in a.notes[0]
+    assert a.mean_at_n == pytest.approx(0.25) and a.mean_key == "mean@4"
+    assert a.truncated_frac == pytest.approx(1 / 8) and a.interrupted_frac == pytest.approx(1 / 8)
+    assert a.status_frac["error"] == pytest.approx(1 / 8)
+    assert a.status_frac["timeout"] == pytest.approx(1 / 8)
+    assert a.mean_length == pytest.approx((4 * 5 + 4 * 9) / 8)
+    assert a.mean_thinking_tokens == pytest.approx((4 * 3 + 4 * 7) / 8)
+    assert overall.mean_length == pytest.approx((4 * 5 + 4 * 9 + 4 * 2) / 12)
+
+
+def test_report_dict_and_val_metrics_names():
+    report = aggregate(fixture_rollouts(), ks=(1, 8))
+    d = report.to_dict()
+    assert set(d) == {"tasks", "overall"}
+    assert d["tasks"]["a"]["pass@1"] == pytest.approx(0.25)
+    assert d["tasks"]["a"]["pass@8"] is None and d["tasks"]["a"]["mean@4"] == pytest.approx(0.25)
+    m = report.metrics("val")
+    assert m["val/a/pass@1"] == pytest.approx(0.25)
+    assert m["val/pass@1"] == pytest.approx(0.5)
+    assert m["val/a/truncated_frac"] == pytest.approx(1 / 8)
+    assert "val/a/pass@8" not in m  # undefined values are left out, never logged as 0
+
+
+def test_rows_give_the_same_report_as_rollouts():
+    rollouts = fixture_rollouts()
+    rows = [json.loads(json.dumps(r.to_row())) for r in rollouts]  # through JSON, as on disk
+    assert aggregate(rows, ks=(1, 2)).to_dict() == aggregate(rollouts, ks=(1, 2)).to_dict()
+
+
+def test_unequal_rollout_counts_use_the_fewest_for_pass_at_k():
+    rows = [{"task": "t", "sample_id": "a", "status": "correct"}] * 3
+    rows += [{"task": "t", "sample_id": "b", "status": "wrong"}] * 2
+    r = aggregate(rows, ks=(1, 2, 3)).tasks["t"]
+    assert (r.n_min, r.n_max, r.mean_key) == (2, 3, "mean@n")
+    assert r.pass_at[2] == pytest.approx(0.5) and r.pass_at[3] is None
+    assert r.truncated_frac is None and r.mean_length is None  # fields absent from the rows
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"sample_id": "a", "status": "correct"}, "missing field 'task'"),
+    ({"task": "t", "sample_id": "a", "status": "right"}, "field 'status' is 'right'; valid:"),
+    ({"task": "t", "sample_id": "a", "status": "wrong", "finish_reason": "eos"},
+     "field 'finish_reason' is 'eos'"),
+    ({"task": "t", "sample_id": None, "status": "wrong"}, "field 'sample_id'"),
+    ({"task": "t", "sample_id": "a", "status": "wrong", "thinking_tokens": -1},
+     "'thinking_tokens' must be a non-negative integer"),
+    ([1, 2], "expected a JSON object"),
+])
+def test_malformed_rows_name_the_problem(row, message):
+    with pytest.raises(RowError, match=message):
+        record_from_row(row)
