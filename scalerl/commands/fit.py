@@ -9,6 +9,7 @@ in `scalerl/scaling.py`; this module reads, prints and plots.
 from __future__ import annotations
 
 import argparse
+import bisect
 import csv
 import json
 import math
@@ -102,15 +103,33 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _join_by_step(rows: list[dict[str, Any]], xcol: str, ycol: str) -> list[tuple]:
+    """Validation rows carrying `step` but no compute: x from the last row at or before that
+    step that has x (0 for a step-0 evaluation that precedes every such row)."""
+    xs = sorted((r["step"], _number(r.get(xcol))) for r in rows
+                if isinstance(r.get("step"), int) and _number(r.get(xcol)) is not None)
+    steps = [s for s, _ in xs]
+    pairs: list[tuple] = []
+    if not xs:
+        return pairs
+    for r in rows:
+        step, y = r.get("step"), _number(r.get(ycol))
+        if not isinstance(step, int) or y is None:
+            continue
+        i = bisect.bisect_right(steps, step)
+        if i:
+            pairs.append((xs[i - 1][1], y))
+        elif step == 0:
+            pairs.append((0.0, y))
+    return pairs
+
+
 def points(rows: list[dict[str, Any]], xcol: str, ycol: str, where: str):
     """(x, y) sorted by x: rows having both columns, else y rows joined to x by `step`."""
     pairs = [(_number(r.get(xcol)), _number(r.get(ycol))) for r in rows]
     pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
-    if not pairs:  # validation rows may carry `step` but not the compute columns
-        x_at = {r["step"]: _number(r.get(xcol)) for r in rows
-                if "step" in r and _number(r.get(xcol)) is not None}
-        pairs = [(x_at[r["step"]], _number(r[ycol])) for r in rows
-                 if r.get("step") in x_at and _number(r.get(ycol)) is not None]
+    if not pairs:  # the trainer logs validation rows apart from the compute columns
+        pairs = _join_by_step(rows, xcol, ycol)
     if not pairs:
         seen = sorted({k for r in rows for k in r})
         raise InputError(f"{where}: no row has numeric {xcol!r} and {ycol!r}; "

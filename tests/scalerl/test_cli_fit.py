@@ -14,19 +14,20 @@ JSON_KEYS = {"input", "x", "y", "A", "B", "C_mid", "R0", "r0_fitted", "r0_source
 
 
 def write_run(run_dir, c_mid=2542.0, b=1.92, a=0.61, seed=0, val_has_compute=True):
-    """A trainer-like metrics.jsonl: a train row every 10 steps, a val row every 20."""
+    """A trainer-like metrics.jsonl: a val row every 20 steps (before that step's train row,
+    with or without the compute column), a train row every 10 steps."""
     rng = np.random.default_rng(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     for step in range(0, 1201, 10):
         gpu_h = step * 13.3
-        rows.append({"step": step, "loss/total": 0.1, "compute/gpu_hours": gpu_h})
         if step % 20 == 0:
             y = float(sigmoid(gpu_h, a, b, c_mid, 0.3)) + (rng.normal(0, 0.01) if step else 0.0)
             row = {"step": step, "val/pass@1": y}
             if val_has_compute:
                 row["compute/gpu_hours"] = gpu_h
             rows.append(row)
+        rows.append({"step": step, "loss/total": 0.1, "compute/gpu_hours": gpu_h})
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return run_dir
 
@@ -75,6 +76,7 @@ def test_val_rows_without_compute_are_joined_by_step(tmp_path, capsys):
     out = fit_json(capsys, str(run), "--x", "compute/gpu_hours", "--y", "val/pass@1",
                    "--min-x", "1500", "--bootstrap", "0")
     assert out["n_points"] == 55
+    assert out["r0_source"] == "first point (x=0)" and out["R0"] == 0.3  # step 0 -> x = 0
 
 
 def test_csv_input_and_human_output(tmp_path, capsys):
