@@ -148,7 +148,31 @@ _POOL: Pool | None = None
 _POOL_LOCK = threading.Lock()
 
 
+_WARM_UP_PAIRS = (
+    ("\\boxed{\\frac{3}{4}}", "\\frac{3}{4}"), ("so $\\boxed{2\\sqrt{3}}$.", "\\sqrt{12}"),
+    ("\\boxed{[-1, 3)}", "[-1,3)"), ("\\boxed{-2} and \\boxed{1}", "1, -2"),
+    ("\\boxed{(x+1)^2}", "x^2+2x+1"), ("The answer is 0.75", "75\\%"),
+    ("$x = \\frac{-b \\pm \\sqrt{b^2-4ac}}{2a}$", "x=5"), ("\\boxed{(1, \\infty)}", "(1,\\infty)"),
+    ("\\boxed{\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),
+    ("\\boxed{\\text{Even}}", "\\text{Even}"), ("\\boxed{3\\pi/2}", "\\frac{3\\pi}{2}"),
+)
+_warm = False
+
+
+def warm_up() -> None:
+    """Check a few typical answers so the parser caches of this process are warm (~1 s, once)."""
+    global _warm
+    if not _warm:
+        _worker_init()
+        for answer, gold in _WARM_UP_PAIRS:
+            check_answer(answer, gold, False)
+        parse_gold.cache_clear()
+        _warm = True
+
+
 def _worker_init() -> None:
+    """Quiet math-verify's logs (they would print whole completions). Workers forked from a
+    forkserver that preloaded scalerl.envs.math_warmup also start with warm parser caches."""
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     logging.getLogger("latex2sympy2_extended").setLevel(logging.ERROR)
 
@@ -181,8 +205,8 @@ def shutdown_pool() -> None:
 
 
 def make_pool(size: int | None = None) -> Pool:
-    """A pool whose workers have math-verify imported (forkserver preload) and quiet logs."""
-    return Pool(size, initializer=_worker_init, preload=["scalerl.envs.math"])
+    """A pool whose workers start with math-verify imported and warm (forkserver preload)."""
+    return Pool(size, initializer=_worker_init, preload=["scalerl.envs.math_warmup"])
 
 
 # --- the worker side: runs inside a pool process -----------------------------------------------
