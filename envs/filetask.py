@@ -17,7 +17,8 @@ from scalerl.envs.data import DataError, assign_splits, check_fractions, load_ro
 from scalerl.envs.registry import get_kind
 
 PROMPT_COLUMNS: tuple[str, ...] = ("prompt", "problem", "question")
-"""Columns tried, in order, for the prompt when `fields` does not name one."""
+"""Columns tried, in order, for the prompt after the one `fields` names (a data file and its
+held-out file may differ: Polaris-style `answer` in one, MATH-style `solution` in the other)."""
 
 GoldReader = Callable[[Any, str], Any]
 """reader(raw value, column name) -> gold value; raises ValueError saying what is wrong."""
@@ -140,7 +141,7 @@ class FileTask(Task):
 
     def _prompt_column(self, source: str, columns: list[str]) -> str:
         col = self.fields.get("prompt")
-        candidates = (col,) if col else PROMPT_COLUMNS
+        candidates = tuple(dict.fromkeys((col, *PROMPT_COLUMNS) if col else PROMPT_COLUMNS))
         for c in candidates:
             if c in columns:
                 return c
@@ -153,7 +154,7 @@ class FileTask(Task):
         gold_field = get_kind(self.kind).gold_field
         default_cols, reader = _GOLD_READERS.get(self.kind, ((gold_field,), None))
         col = self.fields.get(gold_field) or self.fields.get("gold")
-        candidates = (col,) if col else default_cols
+        candidates = tuple(dict.fromkeys((col, *default_cols) if col else default_cols))
         for c in candidates:
             if c in columns:
                 return c, reader

@@ -170,7 +170,7 @@ def plugin_dir(tmp_path_factory):
     (src / "capitals_plugin.py").write_text(PLUGIN)
     (src / "pyproject.toml").write_text(textwrap.dedent("""
         [build-system]
-        requires = ["setuptools>=68"]
+        requires = ["setuptools>=61"]
         build-backend = "setuptools.build_meta"
         [project]
         name = "capitals-plugin"

@@ -167,3 +167,14 @@ def test_interrupted_run_keeps_the_rows_it_scored(tmp_path):
     ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
     assert ids in ([1], [1, 2])  # row 2 was running; rows 3 and 4 were dropped
     assert "interrupted" in err and "Traceback" not in err
+
+
+def test_code_rows_run_in_the_sandbox(tmp_path):
+    tests = {"type": "call", "fn_name": "f", "inputs": [[-6], [2]], "outputs": [-57, 7]}
+    fence = "```python\ndef f(x):\n    return 8*x{}9\n```"
+    rows = [{"id": "ok", "kind": "code", "completion": fence.format("-"), "tests": tests},
+            {"id": "bad", "kind": "code", "completion": fence.format("+"), "tests": tests},
+            {"id": "no_tests", "kind": "code", "completion": fence.format("-")}]
+    code, out = run_cli(tmp_path, rows, "--skip-bad")
+    assert code == 0
+    assert [(r["id"], r["status"]) for r in out] == [("ok", "correct"), ("bad", "wrong")]
