@@ -33,6 +33,7 @@ MAX_GOLD_CHARS = 8000
 MAX_EXACT_BITS = 100_000
 """Exact-rational pre-check gives up (falls back to math-verify) on numbers larger than this."""
 WORKERS_ENV = "SCALERL_VERIFY_WORKERS"
+_log = logging.getLogger(__name__)
 
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _DELIMITERS = ("$", "\\(", "\\[", "\\boxed", "\\fbox")
@@ -97,8 +98,11 @@ def score_math_many(
             jobs.append((i, job, note))
     if jobs:
         outcomes = _run_checks(pool, [job for _, job, _ in jobs], timeout_s)
-        for (i, _, note), outcome in zip(jobs, outcomes, strict=True):
+        for (i, job, note), outcome in zip(jobs, outcomes, strict=True):
             status, detail = _status_of(outcome)
+            if status in ("timeout", "error"):
+                _log.warning("math check %s: %s; answer %s; gold %s", status, detail,
+                             truncate(job[0], 200), truncate(job[1], 100))
             scores[i] = Score(status, reward_for(status, correct_reward, wrong_reward),
                               detail + note, outcome.latency_s)
     return scores  # type: ignore[return-value]

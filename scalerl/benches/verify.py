@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import random
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -239,7 +240,7 @@ def measure(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
-        print(f"scalerl bench verify: --workers must be >= 1, got {args.workers}")
+        print(f"scalerl bench verify: --workers must be >= 1, got {args.workers}", file=sys.stderr)
         return 2
     result = measure(args)
     if args.json:

@@ -87,12 +87,15 @@ def test_no_answer_when_nothing_can_be_extracted(pool):
     assert s.status == "no_answer"
 
 
-def test_timeout_on_an_adversarial_input_is_bounded(pool):
+def test_timeout_on_an_adversarial_input_is_bounded(pool, caplog):
     t0 = time.monotonic()
-    s = score(DEEP_BRACES, "1", pool, timeout_s=1.0)
+    with caplog.at_level("WARNING", logger="scalerl.envs.math"):
+        s = score(DEEP_BRACES, "1", pool, timeout_s=1.0)
     assert s.status == "timeout"
     assert "killed and replaced" in s.detail
     assert time.monotonic() - t0 < 6
+    [record] = [r for r in caplog.records if "math check timeout" in r.getMessage()]
+    assert len(record.getMessage()) < 700  # the 6,000-char input is cut in the log line
     assert score("\\boxed{5}", "5", pool).status == "correct"  # the pool still works
 
 
