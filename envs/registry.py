@@ -19,7 +19,8 @@ from scalerl.envs.base import Sample, Score, Task
 
 ENTRY_POINT_GROUP = "scalerl.tasks"
 SPEC_PATH_ENV = "SCALERL_TASKS"
-"""os.pathsep-separated task spec files (YAML/JSON) registered at first lookup."""
+"""os.pathsep-separated task files registered at first lookup: YAML/JSON specs, or `.py` files
+of `@register_task` classes (imported)."""
 
 # Modules that register the built-in tasks and kinds when imported.
 BUILTIN_MODULES: tuple[str, ...] = (
@@ -172,6 +173,6 @@ def _ensure_loaded() -> None:
         importlib.import_module(module)
     load_entry_points()
     for path in filter(None, os.environ.get(SPEC_PATH_ENV, "").split(os.pathsep)):
-        from scalerl.envs.spec import register_spec_file
+        from scalerl.envs.spec import register_task_file
 
-        register_spec_file(path)
+        register_task_file(path)

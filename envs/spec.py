@@ -1,14 +1,16 @@
-"""Task specs: register file-backed tasks from a YAML or JSON file, no Python needed.
+"""Task files: YAML/JSON task specs (file-backed tasks, no Python) and `.py` files of tasks.
 
-A spec file holds one task, a list of tasks, or `{"tasks": [...]}`; each task names a kind, a
-data file (relative paths are relative to the spec file), optional field names, an optional
-explicit held-out file, a system prompt and the kind's scoring options. Validation is eager and
-fails in one line naming the file and key; data is only read when a task is first used.
+A spec holds one task, a list, or `{"tasks": [...]}`; each names a kind, a data file (relative to
+the spec), optional field names, held-out file, system prompt and scoring options. Validation is
+eager and fails in one line naming the file and key; data is read when a task is first used.
+A `.py` task file is imported so its `@register_task` decorators run.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ OPTIONAL_KEYS: tuple[str, ...] = (
     "requires_thinking", "options", "description",
 )
 _FROM_SPEC: dict[str, Path] = {}  # task name -> spec file that registered it
+_IMPORTED: dict[Path, list[str]] = {}  # python task file -> the task names it registered
 
 
 class SpecError(ValueError):
@@ -107,3 +110,28 @@ def register_spec_file(path: str | Path) -> list[str]:
 
 def _short(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200]
+
+
+def register_task_file(path: str | Path) -> list[str]:
+    """A `.py` file is imported (its `@register_task` decorators run); anything else is read as
+    a YAML/JSON spec. Returns the names registered. Importing the same file twice is a no-op."""
+    if Path(path).suffix.lower() != ".py":
+        return register_spec_file(path)
+    resolved = Path(path).resolve()
+    if resolved in _IMPORTED:
+        return _IMPORTED[resolved]
+    if not resolved.is_file():
+        raise SpecError(f"{path}: no such task file")
+    before = set(task_names())
+    name = f"scalerl_user_tasks.{resolved.stem}"
+    module_spec = importlib.util.spec_from_file_location(name, resolved)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file is broken: say which and why, in one line
+        sys.modules.pop(name, None)
+        raise SpecError(f"{path}: import failed: {type(exc).__name__}: {_short(exc)}") from exc
+    _IMPORTED[resolved] = sorted(set(task_names()) - before)
+    return _IMPORTED[resolved]
+

@@ -48,7 +48,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-bad", action="store_true",
                         help="report malformed rows on stderr and skip them instead of stopping")
     parser.add_argument("--spec", action="append", default=[], metavar="FILE",
-                        help="register a YAML/JSON task spec first, for task rows (repeatable)")
+                        help="register a YAML/JSON task spec or .py task file first, for task "
+                        "rows (repeatable)")
 
 
 # --- rows -> jobs -------------------------------------------------------------------------------

@@ -37,16 +37,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _add_spec(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--spec", action="append", default=[], metavar="FILE",
-        help="register the tasks of a YAML/JSON task spec first (repeatable)",
+        help="register the tasks of a YAML/JSON task spec, or import a .py file of "
+        "@register_task classes, first (repeatable)",
     )
 
 
 def register_specs(paths: list[str]) -> None:
-    from scalerl.envs.spec import register_spec_file
+    from scalerl.envs.spec import register_task_file
 
     task_names()  # load built-ins, plugins and $SCALERL_TASKS first, so clashes are reported
     for path in paths:
-        register_spec_file(path)
+        register_task_file(path)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ def isolated_registry(monkeypatch):
     for table in ("_TASKS", "_INSTANCES", "_KINDS", "_PREFIXES"):
         monkeypatch.setattr(registry, table, dict(getattr(registry, table)))
     monkeypatch.setattr(spec, "_FROM_SPEC", {})
+    monkeypatch.setattr(spec, "_IMPORTED", {})
 
 
 def write_jsonl(path, rows):
@@ -51,6 +52,44 @@ def test_decorator_registers_a_task_class():
     assert task.score(task.samples("test")[0], "7").correct
     with pytest.raises(ValueError, match="task 'echo_test' has no split 'val'; valid: train, test"):
         task.samples("val")
+
+
+TASK_FILE = '''
+from scalerl.envs.base import Sample, Task
+from scalerl.envs.registry import get_kind, register_task
+
+
+@register_task("times3")
+class TimesThree(Task):
+    kind = "math"
+
+    def samples(self, split):
+        self.check_split(split)
+        start = 0 if split == "train" else 1000
+        return tuple(Sample(id=f"{split}-{i}", task=self.name, prompt=f"{i}*3?", answer=str(3 * i))
+                     for i in range(start, start + 10))
+
+    def score(self, sample, completion):
+        return get_kind("math").score(sample, completion, {})
+'''
+
+
+def test_decorated_tasks_in_a_python_file_reach_the_cli(tmp_path):
+    (tmp_path / "my_tasks.py").write_text(TASK_FILE)
+    env = {"SCALERL_TASKS": str(tmp_path / "my_tasks.py")}
+    out = _run(["tasks", "list", "--json"], env)
+    rows = {r["name"]: r for r in map(json.loads, out.stdout.splitlines())}
+    assert rows["times3"]["splits"] == {"train": 10, "test": 10}
+    row = json.dumps({"id": 1, "task": "times3", "sample_id": "test-1002",
+                      "completion": "\\boxed{3006}"})
+    out = _run(["score"], env, input=row + "\n")
+    assert json.loads(out.stdout)["status"] == "correct", out.stderr
+
+
+def test_a_broken_python_task_file_is_one_line(tmp_path):
+    (tmp_path / "broken.py").write_text("import nonexistent_module_xyz\n")
+    with pytest.raises(SpecError, match=r"broken\.py: import failed: ModuleNotFoundError: "):
+        spec.register_task_file(tmp_path / "broken.py")
 
 
 def test_a_taken_name_is_refused():
