@@ -258,3 +258,15 @@ def test_hub_id_that_cannot_be_reached_is_one_line(tmp_path):
                          check=True, timeout=120).stdout
     assert out.startswith("nobody-xyz/not-a-dataset@train: cannot load from the hub (")
     assert out.count("\n") == 1
+
+
+def test_heldout_file_in_math_format_beside_a_polaris_style_train_file(tmp_path):
+    train = write_jsonl(tmp_path / "train.jsonl",
+                        [{"problem": "What is 3^4?", "answer": "81"},
+                         {"problem": "What is 2^5?", "answer": "32"}])
+    heldout = write_jsonl(tmp_path / "test.jsonl",
+                          [{"problem": "what is 3^4?", "solution": "So $\\boxed{81}$."}])
+    task = FileTask("m", "math", train, test_data=heldout,
+                    fields={"prompt": "problem", "answer": "answer"})
+    assert [s.answer for s in task.samples("test")] == ["81"]
+    assert [s.prompt for s in task.samples("train")] == ["What is 2^5?"]
