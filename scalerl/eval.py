@@ -1,0 +1,341 @@
+"""Evaluation reports for `scalerl eval`: checkpoints in, results.json / results.md / plot out.
+
+Adds what the trainer's validation does not need: resolving checkpoints (paths or a run's
+`checkpoints/`), a per-(model, task, sample, seed, sampling settings) rollout cache so a rerun
+after an interruption generates only what is missing, Markdown tables and a plot against step.
+Sample selection, generation call and estimators are `scalerl.rollout.evaluate`'s, unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scalerl.envs.base import dumps
+from scalerl.rollout.evaluate import (
+    EvalReport,
+    Record,
+    RowError,
+    SupportsGenerate,
+    aggregate,
+    eval_samples,
+    record_from_row,
+    resolve_tasks,
+)
+from scalerl.rollout.types import Budget
+
+
+class EvalInputError(ValueError):
+    """Bad input to `scalerl eval`; the message is one line naming the input."""
+
+
+def read_rollout_records(path: str | Path) -> list[Record]:
+    """Records of a scored-rollouts JSONL file (`scalerl generate` output qualifies)."""
+    path = Path(path)
+    if not path.is_file():
+        raise EvalInputError(f"{path}: no such file (expected scored rollouts, one JSON per line)")
+    records = []
+    with path.open() as fh:
+        for i, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(record_from_row(json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise EvalInputError(f"{path} line {i}: not JSON ({exc.msg})") from None
+            except RowError as exc:
+                raise EvalInputError(f"{path} line {i}: {exc}") from None
+    if not records:
+        raise EvalInputError(f"{path}: no rollouts (the file is empty)")
+    return records
+
+
+# ------------------------------------------------------------------------------- checkpoints
+
+STEP_RE = re.compile(r"step[-_]?(\d+)$")
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    path: str
+    step: int | None
+    label: str
+
+
+def _step_of(path: Path) -> int | None:
+    m = STEP_RE.search(path.name)
+    return int(m.group(1)) if m else None
+
+
+def _checkpoint_dirs(folder: Path) -> list[Path]:
+    subs = [p for p in folder.iterdir() if p.is_dir() and _step_of(p) is not None]
+    return sorted(subs, key=_step_of)
+
+
+def resolve_models(paths: Sequence[str]) -> list[ModelRef]:
+    """Model paths, with a run dir or a `checkpoints/` folder expanded to its step-N dirs."""
+    refs: list[ModelRef] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir() and (p / "checkpoints").is_dir():
+            p = p / "checkpoints"
+        if p.is_dir() and not (p / "config.json").exists():
+            steps = _checkpoint_dirs(p)
+            if not steps:
+                raise EvalInputError(f"{raw}: neither a model (no config.json) nor a folder of "
+                                     "step-N checkpoints")
+            refs += [ModelRef(str(s), _step_of(s), f"{s.parent.name}/{s.name}") for s in steps]
+        elif p.exists():
+            refs.append(ModelRef(str(p), _step_of(p), p.name))
+        elif raw.startswith((".", "/", "~")) or raw.count("/") != 1:
+            raise EvalInputError(f"{raw}: no such model directory (give a local HF model dir, a "
+                                 "run dir, its checkpoints/ folder, or a hub id org/name)")
+        else:  # a hub id; vLLM resolves it
+            refs.append(ModelRef(raw, None, raw))
+    return refs
+
+
+def model_key(path: str) -> str:
+    """Cache key of a model: its resolved path plus every file's name, size and mtime."""
+    p = Path(path)
+    h = hashlib.sha256()
+    if not p.exists():
+        h.update(path.encode())
+        return h.hexdigest()[:16]
+    h.update(str(p.resolve()).encode())
+    for f in sorted(x for x in p.rglob("*") if x.is_file()):
+        st = f.stat()
+        h.update(f"{f.relative_to(p)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------ cache
+
+@dataclass(frozen=True)
+class EvalSettings:
+    tasks: tuple[str, ...]
+    split: str = "test"
+    n: int = 8
+    ks: tuple[int, ...] = (1, 4, 8)
+    temperature: float = 1.0
+    seed: int = 0
+    budget: Budget = Budget()
+    limit: int | None = None
+
+    def sampling(self) -> dict[str, Any]:
+        """What a cached rollout depends on, besides the model, task and sample."""
+        b = self.budget
+        return {"split": self.split, "n": self.n, "temperature": self.temperature,
+                "seed": self.seed, "thinking": b.thinking, "answer": b.answer, "total": b.total,
+                "phrase": b.phrase}
+
+    def key(self) -> str:
+        return hashlib.sha256(dumps(self.sampling()).encode()).hexdigest()[:12]
+
+
+class RolloutCache:
+    """`DIR/cache/<model key>/<settings key>/<task>.jsonl`: scored rollout rows, appended."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def path(self, model: str, settings: EvalSettings, task: str) -> Path:
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", task)
+        return self.root / model_key(model) / settings.key() / f"{safe}.jsonl"
+
+    def load(self, model: str, settings: EvalSettings, task: str) -> dict[str, list[dict]]:
+        """sample_id -> its n rows, for samples with all n groups cached (torn lines skipped)."""
+        path = self.path(model, settings, task)
+        by_sample: dict[str, dict[int, dict]] = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # a write cut by an interruption: regenerate it
+                    continue
+                by_sample.setdefault(str(row["sample_id"]), {})[int(row["group"])] = row
+        n = settings.n
+        return {sid: [g[i] for i in range(n)] for sid, g in by_sample.items()
+                if all(i in g for i in range(n))}
+
+    def append(self, model: str, settings: EvalSettings, task: str, rows: list[dict]) -> None:
+        path = self.path(model, settings, task)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            meta = {"model": model, **settings.sampling()}
+            (path.parent / "settings.json").write_text(json.dumps(meta, indent=1))
+        torn = False
+        if path.exists() and path.stat().st_size:
+            with path.open("rb") as fh:
+                fh.seek(-1, 2)
+                torn = fh.read(1) != b"\n"
+        with path.open("a") as fh:  # after a torn last line, start on a fresh one
+            fh.write(("\n" if torn else "") + "".join(dumps(r) + "\n" for r in rows))
+            fh.flush()
+
+
+# ------------------------------------------------------------------------------- evaluation
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def eval_model(ref: ModelRef, settings: EvalSettings, cache: RolloutCache,
+               make_generator: Callable[[str], SupportsGenerate], *, chunk: int = 64,
+               ) -> tuple[EvalReport, dict[str, Any]]:
+    """Evaluate one model, generating only the samples the cache lacks; the engine is started
+    (by `make_generator`) only if something is missing."""
+    t0 = time.perf_counter()
+    generator, rows, generated, cached = None, [], 0, 0
+    for task in resolve_tasks(list(settings.tasks)):
+        samples = eval_samples(task, settings.split, settings.limit)
+        have = cache.load(ref.path, settings, task.name)
+        missing = [s for s in samples if s.id not in have]
+        cached += len(samples) - len(missing)
+        log(f"[{ref.label}] {task.name}: {len(samples)} samples, {len(samples) - len(missing)} "
+            f"cached, {len(missing)} to generate (n={settings.n})")
+        for i in range(0, len(missing), chunk):
+            if generator is None:
+                generator = make_generator(ref.path)
+            part = missing[i:i + chunk]
+            out = generator.generate(part, n=settings.n, budget=settings.budget,
+                                     temperature=settings.temperature, seed=settings.seed)
+            new = [r.to_row() for r in out]
+            cache.append(ref.path, settings, task.name, new)
+            for r in new:
+                have.setdefault(str(r["sample_id"]), []).append(r)
+            generated += len(part)
+            log(f"[{ref.label}] {task.name}: {i + len(part)}/{len(missing)} generated")
+        rows += [r for s in samples for r in have[s.id]]
+    report = aggregate(rows, settings.ks)
+    info = {"generated_samples": generated, "cached_samples": cached,
+            "seconds": time.perf_counter() - t0, "generator": generator}
+    return report, info
+
+
+def run_eval(models: Sequence[ModelRef], settings: EvalSettings, out_dir: str | Path,
+             make_generator: Callable[[str], SupportsGenerate], *,
+             close: Callable[[Any], None] = lambda g: g.close(), chunk: int = 64,
+             ) -> dict[str, Any]:
+    """Evaluate every model, write results.json, results.md (and results.png for several)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cache = RolloutCache(out_dir / "cache")
+    entries = []
+    for ref in models:
+        report, info = eval_model(ref, settings, cache, make_generator, chunk=chunk)
+        generator = info.pop("generator")
+        if generator is not None:
+            close(generator)
+        entries.append({"model": ref.path, "label": ref.label, "step": ref.step,
+                        "model_key": model_key(ref.path), **info, **report.to_dict()})
+    results = {"settings": {"tasks": list(settings.tasks), "ks": list(settings.ks),
+                            "limit": settings.limit, **settings.sampling()},
+               "models": entries}
+    write_report(results, out_dir)
+    return results
+
+
+# ----------------------------------------------------------------------------------- report
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 100 else f"{value:.0f}"
+    return str(value)
+
+
+def _mean_key(d: dict[str, Any]) -> str:
+    return next((k for k in d if k.startswith("mean@")), "mean@n")
+
+
+def task_table(report: dict[str, Any], ks: Sequence[int]) -> list[str]:
+    """Markdown rows: one per task and one overall."""
+    cols = [f"pass@{k}" for k in ks]
+    head = ["task", "samples", "n", *cols, "mean@n", "truncated", "interrupted", "error",
+            "timeout", "mean length"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, d in [*report["tasks"].items(), ("**overall**", report["overall"])]:
+        cells = [name, d["samples"], d["n"], *[d.get(c) for c in cols], d[_mean_key(d)],
+                 d["truncated_frac"], d["interrupted_frac"], d.get("error_frac"),
+                 d.get("timeout_frac"), d["mean_length"]]
+        lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
+    return lines
+
+
+def comparison_table(results: dict[str, Any]) -> list[str]:
+    """Markdown rows: one per checkpoint, pass@k (first k) per task and overall."""
+    k = results["settings"]["ks"][0]
+    tasks = results["settings"]["tasks"]
+    head = ["model", "step", *[f"{t} pass@{k}" for t in tasks], f"overall pass@{k}"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for e in results["models"]:
+        cells = [e["label"], e["step"], *[e["tasks"].get(t, {}).get(f"pass@{k}") for t in tasks],
+                 e["overall"].get(f"pass@{k}")]
+        lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
+    return lines
+
+
+def markdown(results: dict[str, Any]) -> str:
+    s = results["settings"]
+    lines = [f"# Evaluation: {', '.join(s['tasks'])} ({s['split']} split)", "",
+             f"n={s['n']} rollouts per sample, temperature {s['temperature']}, seed {s['seed']}, "
+             f"thinking budget {s['thinking']}, answer budget {s['answer']}"
+             + (f", first {s['limit']} samples per task" if s["limit"] else "") + ".",
+             "pass@k is the unbiased estimator (Chen et al. 2021); mean@n is the mean over "
+             "samples of the fraction of correct rollouts.", ""]
+    if len(results["models"]) > 1:
+        lines += ["## Comparison", "", *comparison_table(results), "",
+                  "![pass@k against step](results.png)", ""]
+    for e in results["models"]:
+        lines += [f"## {e['label']}", "", f"`{e['model']}`: {e['generated_samples']} samples "
+                  f"generated, {e['cached_samples']} from the cache, {e['seconds']:.1f} s.", "",
+                  *task_table(e, s["ks"]), ""]
+        parts = [*e["tasks"].values(), e["overall"]]
+        notes = sorted({n for d in parts for n in d.get("notes", [])})
+        lines += [f"- {n}" for n in notes] + ([""] if notes else [])
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """pass@k (first k) per task and overall against step (or checkpoint index)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    k = results["settings"]["ks"][0]
+    entries = results["models"]
+    use_step = all(e["step"] is not None for e in entries)
+    xs = [e["step"] if use_step else i for i, e in enumerate(entries)]
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    for t in results["settings"]["tasks"]:
+        ax.plot(xs, [e["tasks"].get(t, {}).get(f"pass@{k}") for e in entries], marker="o",
+                label=t)
+    ax.plot(xs, [e["overall"].get(f"pass@{k}") for e in entries], marker="s", color="black",
+            lw=2, label="overall")
+    ax.set_xlabel("step" if use_step else "checkpoint")
+    if not use_step:
+        ax.set_xticks(xs, [e["label"] for e in entries], rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel(f"pass@{k} ({results['settings']['split']} split)")
+    ax.set_title(f"held-out pass@{k}, n={results['settings']['n']} per sample")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_report(results: dict[str, Any], out_dir: Path) -> None:
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1))
+    (out_dir / "results.md").write_text(markdown(results))
+    if len(results["models"]) > 1:
+        plot(results, out_dir / "results.png")
