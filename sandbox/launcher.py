@@ -1,21 +1,23 @@
 """In-sandbox supervisor: starts the program under rlimits, waits for it, reports, kills the rest.
 
-Runs INSIDE the sandbox as `python3 -I -c <this source> MODE CONFIG_JSON` (stdlib only; never
-imported by the host). Covered: rlimits set in the child only, exact exit code / signal, a
-`python` program run in a fork of this already-started interpreter (one interpreter start per run),
-collected files read with O_NOFOLLOW and capped, every other process of the run SIGKILLed before
-the report. Not covered: wall time and memory (the host enforces those with cgroups / docker).
-Modes: `direct` (fds 0-2 belong to the program, report JSON on fd `report_fd`) and `framed`
-(docker exec: config, files and stdin arrive as one JSON on stdin; one JSON report on stdout).
+Runs INSIDE the sandbox as `python3 -I -c <this source> MODE CONFIG` (never imported by the
+host). It imports only builtin/tiny modules (no json, re, enum: they would double the start-up
+cost): the host's config arrives as marshal (host-made, trusted), the report leaves as JSON
+written by `dumps` below (the host parses it with json, safely).
+Covered: rlimits set in the child only, exact exit code / signal, a `python` program run in a
+fork of this already-started interpreter (one interpreter start per run), collected files read
+with O_NOFOLLOW and capped, every other process of the run SIGKILLed before the report. Not
+covered: wall time and memory (the host enforces those with cgroups / docker).
+Modes: `direct` (fds 0-2 belong to the program, report on fd `report_fd`, config as hex marshal
+in argv) and `framed` (docker exec: config, files and stdin as one marshal on stdin; one report
+on stdout).
 """
 
-import base64
-import contextlib
-import json
+import _signal as signal
+import binascii
+import marshal
 import os
 import resource
-import select
-import signal
 import sys
 import time
 
@@ -37,33 +39,40 @@ def exit_code_of(exc):
         return 0
     if isinstance(code, int):
         return code & 0xFF
-    with contextlib.suppress(BaseException):  # the program's own object; nothing more to do
+    try:  # noqa: SIM105 - contextlib would cost an import
         print(code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - the program's own object; nothing more to do
+        pass
     return 1
 
 
 def run_python_inline(args):
     """Emulate `python3 -I ARGS` in this forked interpreter; returns the exit code."""
-    import runpy
-    import traceback
-    import types
     try:
-        if args[0] == "-c":
-            sys.argv = ["-c", *args[2:]]
-            main = types.ModuleType("__main__")
-            main.__builtins__ = __builtins__
-            sys.modules["__main__"] = main
-            exec(compile(args[1], "<string>", "exec"), main.__dict__)
-        elif args[0] == "-m":
+        if args[0] == "-m":
+            import runpy
+
             sys.argv = [args[1], *args[2:]]
             runpy.run_module(args[1], run_name="__main__", alter_sys=True)
         else:
-            sys.argv = list(args)
-            runpy.run_path(args[0], run_name="__main__")
+            if args[0] == "-c":
+                sys.argv, source, filename = ["-c", *args[2:]], args[1], "<string>"
+            else:
+                sys.argv, filename = list(args), args[0]
+                with open(filename, "rb") as f:
+                    source = f.read()
+            main = type(sys)("__main__")
+            main.__builtins__ = __builtins__
+            if filename != "<string>":
+                main.__file__ = filename
+            sys.modules["__main__"] = main
+            exec(compile(source, filename, "exec"), main.__dict__)
         code = 0
     except SystemExit as exc:
         code = exit_code_of(exc)
     except BaseException as exc:  # noqa: BLE001 - same as the interpreter: traceback, exit 1
+        import traceback
+
         tb = exc.__traceback__
         while tb and (tb.tb_frame.f_code is run_python_inline.__code__
                       or tb.tb_frame.f_code.co_filename.startswith("<frozen runpy")):
@@ -182,7 +191,7 @@ def read_collected(cwd, names, cap):
             os.close(fd)
         if len(data) > cap:
             truncated.append(name)
-        files[name] = base64.b64encode(data[:cap]).decode()
+        files[name] = b64(data[:cap])
     return {"files": files, "files_truncated": truncated, "files_missing": missing}
 
 
@@ -208,7 +217,7 @@ def direct(cfg):
     kill_everyone_else(cfg, pid)
     report = status_fields(status, cpu)
     report.update(read_collected(cfg["cwd"], cfg["collect"], cfg["collect_cap"]))
-    data = json.dumps(report).encode()
+    data = dumps(report).encode()
     while data:
         data = data[os.write(report_fd, data):]
     os.close(report_fd)
@@ -262,18 +271,18 @@ def survivors(grace_s=0.5):
 
 def framed(cfg_text):
     """docker exec: one JSON in on stdin (cfg, files, stdin), one JSON out on stdout."""
-    msg = json.loads(sys.stdin.buffer.read() if cfg_text == "-" else cfg_text)
+    msg = marshal.loads(sys.stdin.buffer.read() if cfg_text == "-" else bytes.fromhex(cfg_text))
     cfg = msg["cfg"]
     set_dumpable(0)  # same uid as the program: no ptrace of, or /proc/<pid>/fd access to, us
     for path in cfg.get("reset", ()):
         reset_dir(path)
-    for name, b64 in msg["files"].items():
+    for name, data in msg["files"].items():
         path = os.path.join(cfg["cwd"], name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
-            f.write(base64.b64decode(b64))
+            f.write(data)
     stdin_fd = os.memfd_create("stdin")
-    os.write(stdin_fd, base64.b64decode(msg["stdin"]))
+    os.write(stdin_fd, msg["stdin"])
     os.lseek(stdin_fd, 0, 0)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -290,9 +299,8 @@ def framed(cfg_text):
     report.update(read_collected(cfg["cwd"], cfg["collect"], cfg["collect_cap"]))
     report.update(outcome=outcome, wall_s=time.monotonic() - start, survivors=survivors(),
                   oom_kills=oom_kills() - ooms,
-                  stdout=base64.b64encode(bytes(bufs[out_r])).decode(),
-                  stderr=base64.b64encode(bytes(bufs[err_r])).decode())
-    sys.stdout.write(json.dumps(report))
+                  stdout=b64(bufs[out_r]), stderr=b64(bufs[err_r]))
+    sys.stdout.write(dumps(report))
     sys.stdout.flush()
 
 
@@ -309,12 +317,14 @@ def pump(bufs, cap, deadline, cfg, pid):
     (wait status, cpu) of the program once it exited. When it exits, the rest of the run is
     killed at once, so a grandchild holding stdout open cannot stall us.
     """
+    from select import select as sel
+
     open_fds, exited = set(bufs), None
     while open_fds:
         left = deadline - time.monotonic()
         if left <= 0:
             return "timeout", exited
-        ready, _, _ = select.select(list(open_fds), [], [], min(left, 0.02))
+        ready, _, _ = sel(list(open_fds), [], [], min(left, 0.02))
         for fd in ready:
             chunk = os.read(fd, 65536)
             if not chunk:
@@ -333,10 +343,41 @@ def pump(bufs, cap, deadline, cfg, pid):
     return None, exited
 
 
+def b64(data):
+    return binascii.b2a_base64(bytes(data), newline=False).decode()
+
+
+def _quote(text):
+    out = []
+    for ch in text:
+        n = ord(ch)
+        if 32 <= n < 127 and ch not in '"\\':
+            out.append(ch)
+        elif n > 0xFFFF:  # JSON has only \\uXXXX: a surrogate pair
+            n -= 0x10000
+            out.append(f"\\u{0xD800 + (n >> 10):04x}\\u{0xDC00 + (n & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{n:04x}")
+    return '"' + "".join(out) + '"'
+
+
+def dumps(obj):
+    """JSON for the report's plain types (None, bool, int, float, str, list, dict) without json."""
+    if obj is None or isinstance(obj, bool):
+        return {None: "null", True: "true", False: "false"}[obj]
+    if isinstance(obj, (int, float)):
+        return repr(obj)
+    if isinstance(obj, str):
+        return _quote(obj)
+    if isinstance(obj, (list, tuple)):
+        return "[" + ",".join(dumps(x) for x in obj) + "]"
+    return "{" + ",".join(_quote(str(k)) + ":" + dumps(v) for k, v in obj.items()) + "}"
+
+
 def main():
     mode, cfg_text = sys.argv[1], sys.argv[2]
     if mode == "direct":
-        direct(json.loads(cfg_text))
+        direct(marshal.loads(bytes.fromhex(cfg_text)))
     elif mode == "framed":
         framed(cfg_text)
     else:

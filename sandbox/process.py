@@ -11,7 +11,6 @@ used when asked for by name.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -29,6 +28,7 @@ from scalerl.sandbox.runner import (
     build_result,
     check_relpath,
     classify,
+    encode_cfg,
     execute,
     launcher_cfg,
     memfd_with,
@@ -90,7 +90,7 @@ class ProcessBackend(Backend):
             with contextlib.suppress(ProcessLookupError, KeyError):
                 os.killpg(holder["pgid"], signal.SIGKILL)
 
-        cmd = [PYTHON, "-I", "-c", LAUNCHER_SOURCE, "direct", json.dumps(cfg)]
+        cmd = [PYTHON, "-I", "-c", LAUNCHER_SOURCE, "direct", encode_cfg(cfg)]
         stdin_fd = memfd_with(stdin, "stdin")
         raw = execute(cmd, stdin_fd=stdin_fd, report_w=report_w, report_r=report_r, pass_fds=(),
                       limits=limits, kill=kill, env=SANDBOX_ENV, cwd=work, new_session=True,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import marshal
 import os
 import selectors
 import signal
@@ -45,6 +46,11 @@ def rlimits_for(limits: Limits, *, address_space: bool = False) -> dict[str, int
         r["as"] = limits.memory_mb << 20
         r["nproc"] = limits.processes
     return r
+
+
+def encode_cfg(cfg: dict) -> str:
+    """The launcher's config argument: hex of marshal (the launcher must not import json)."""
+    return marshal.dumps(cfg, 4).hex()
 
 
 def launcher_cfg(argv: list[str], limits: Limits, *, cwd: str, collect: tuple[str, ...],

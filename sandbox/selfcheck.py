@@ -24,7 +24,7 @@ from pathlib import Path
 from scalerl.sandbox.base import Backend, ExecResult, Limits
 
 PROBES_DIR = Path(__file__).with_name("probes")
-QUICK = Limits(wall_s=2.0, cpu_s=1.0, memory_mb=128, processes=16, open_files=64, file_size_mb=4)
+QUICK = Limits(wall_s=1.5, cpu_s=1.0, memory_mb=128, processes=16, open_files=64, file_size_mb=4)
 SLACK_S = 1.5
 """How long past its wall limit a verdict may take (sandbox start, kill, reading)."""
 
@@ -182,6 +182,8 @@ class Verdict:
     escaped: str
     """Empty when contained; else what went wrong."""
     detail: str = ""
+    token: str = ""
+    """The run's token (in the command line of every process it made that we can trace)."""
 
 
 def run_probe(backend: Backend, probe: Probe) -> Verdict:
@@ -202,7 +204,7 @@ def run_probe(backend: Backend, probe: Probe) -> Verdict:
             problems.append(f"processes survived the run: {alive}")
         if leaks := backend_leaks(backend):
             problems.append(leaks)
-    return Verdict(probe.name, r.status, r.wall_s, "; ".join(problems), r.detail)
+    return Verdict(probe.name, r.status, r.wall_s, "; ".join(problems), r.detail, ctx.token)
 
 
 def backend_leaks(backend: Backend) -> str:

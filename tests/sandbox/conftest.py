@@ -37,6 +37,12 @@ def _marks(name: str):
     return [getattr(pytest.mark, name)] if name in SECURE_BACKENDS else []
 
 
+@pytest.fixture
+def require_backend():
+    """`require_backend(name)`: the backend, or skip (FAIL in CI for bwrap/docker)."""
+    return require
+
+
 @pytest.fixture(params=[pytest.param(n, marks=_marks(n)) for n in ALL_BACKENDS])
 def backend(request):
     return require(request.param)
