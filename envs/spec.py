@@ -26,6 +26,13 @@ OPTIONAL_KEYS: tuple[str, ...] = (
     "test_data", "fields", "test_fraction", "val_fraction", "seed", "system_prompt",
     "requires_thinking", "options", "description",
 )
+KEY_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "test_data": (str, "a path or hub id"), "fields": (Mapping, "a mapping"),
+    "test_fraction": ((int, float), "a number"), "val_fraction": ((int, float), "a number"),
+    "seed": (int, "an integer"), "system_prompt": (str, "a string"),
+    "requires_thinking": (bool, "true or false"), "options": (Mapping, "a mapping"),
+    "description": (str, "a string"),
+}
 _FROM_SPEC: dict[str, Path] = {}  # task name -> spec file that registered it
 _IMPORTED: dict[Path, list[str]] = {}  # python task file -> the task names it registered
 
@@ -64,12 +71,13 @@ def _validate(path: Path, i: int, entry: Any) -> dict[str, Any]:
     for key in REQUIRED_KEYS:
         if not isinstance(entry.get(key), str) or not entry[key]:
             raise SpecError(f"{where}: {key!r} is required (a non-empty string)")
-    for key, typ in (("fields", Mapping), ("options", Mapping), ("requires_thinking", bool)):
-        if key in entry and not isinstance(entry[key], typ):
-            raise SpecError(f"{where}: {key!r} must be a {typ.__name__}")
+    for key, (typ, what) in KEY_TYPES.items():
+        bad_bool = isinstance(entry.get(key), bool) and typ is not bool
+        if key in entry and (not isinstance(entry[key], typ) or bad_bool):
+            raise SpecError(f"{where}: {key!r} must be {what}, got {entry[key]!r:.60}")
     try:
         get_kind(entry["kind"])
-        check_fractions(float(entry.get("test_fraction", 0.1)), float(entry.get("val_fraction", 0)))
+        check_fractions(entry.get("test_fraction", 0.1), entry.get("val_fraction", 0.0))
     except (KeyError, ValueError, TypeError) as exc:
         raise SpecError(f"{where}: {_short(exc)}") from exc
     out = dict(entry)

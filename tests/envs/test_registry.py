@@ -155,6 +155,9 @@ def test_spec_errors_are_one_line_naming_the_file_and_key(tmp_path):
     bad.write_text("name: x\nkind: chess\ndata: d.jsonl\n")
     with pytest.raises(SpecError, match=r"unknown task kind 'chess'; known kinds: "):
         register_spec_file(bad)
+    bad.write_text("name: x\nkind: math\ndata: d.jsonl\ntest_fraction: '10%'\n")
+    with pytest.raises(SpecError, match=r"\(x\): 'test_fraction' must be a number, got '10%'"):
+        register_spec_file(bad)
     bad.write_text("name: arith\nkind: math\ndata: d.jsonl\n")
     with pytest.raises(SpecError, match="task 'arith' is already registered by another module"):
         register_spec_file(bad)
