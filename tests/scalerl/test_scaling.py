@@ -141,3 +141,11 @@ def test_a_at_grid_edge_is_warned():
 def test_too_few_points_is_a_clear_error():
     with pytest.raises(ValueError, match="at least 4 points"):
         fit_sigmoid([0.0, 1.0, 2.0, 3.0], [0.1, 0.2, 0.3, 0.35])
+
+
+def test_bench_fit_quick_agrees_with_the_curve_fit_loop():
+    from scalerl.benches.fit import measure
+
+    r = measure(quick=True, repeats=1, n_boot=2)
+    assert r["same_answer"] and r["grid_points"] == 15 * 20
+    assert r["curve_fit_loop_s"] > 0 and r["bootstrap"] == 2
