@@ -101,7 +101,7 @@ def score_math_many(
         for (i, job, note), outcome in zip(jobs, outcomes, strict=True):
             status, detail = _status_of(outcome)
             if status in ("timeout", "error"):
-                _log.warning("math check %s: %s; answer %s; gold %s", status, detail,
+                _log.warning("math verifier %s: %s; answer %s; gold %s", status, detail,
                              truncate(job[0], 200), truncate(job[1], 100))
             scores[i] = Score(status, reward_for(status, correct_reward, wrong_reward),
                               detail + note, outcome.latency_s)
@@ -135,7 +135,7 @@ def _status_of(outcome: Outcome) -> tuple[str, str]:
         status, detail = outcome.value
         return status, detail
     if outcome.status == "timeout":
-        return "timeout", f"math check: {outcome.detail}"
+        return "timeout", outcome.detail
     return "error", f"math check failed: {truncate(outcome.detail)}"
 
 

@@ -78,6 +78,15 @@ def _worker_main(conn, initializer: Callable[[], None] | None, memory_bytes: int
             conn.send(("error", f"result could not be sent back: {type(exc).__name__}: {exc}"))
 
 
+def _add_forkserver_preload(ctx, modules: Sequence[str]) -> None:
+    """Add to (not replace) the modules the process-wide forkserver imports when it starts; a
+    no-op once it runs. Other pools in the process may have asked for theirs."""
+    from multiprocessing import forkserver
+
+    current = list(getattr(forkserver._forkserver, "_preload_modules", None) or [])
+    ctx.set_forkserver_preload(current + [m for m in modules if m not in current])
+
+
 class _Worker:
     def __init__(self, ctx, initializer, memory_bytes: int | None) -> None:
         self.conn, child = ctx.Pipe(duplex=True)
@@ -140,7 +149,7 @@ class Pool:
             raise ValueError(f"start_method {method!r}: use 'forkserver' or 'spawn' (not fork)")
         self._ctx = mp.get_context(method)
         if method == "forkserver" and preload:
-            self._ctx.set_forkserver_preload(list(preload))
+            _add_forkserver_preload(self._ctx, preload)
         self._initializer = initializer
         self._memory_bytes = memory_bytes
         self._cond = threading.Condition()

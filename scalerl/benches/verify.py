@@ -213,6 +213,7 @@ def measure(args: argparse.Namespace) -> dict:
     from scalerl.envs.math import make_pool, warm_up
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)
+    logging.getLogger("scalerl.envs.math").setLevel(logging.ERROR)  # timeouts are reported below
     prompts = args.prompts or (16 if args.quick else 60)
     rounds = 1 if args.quick else 3
     pool = make_pool(args.workers)

@@ -94,7 +94,7 @@ def test_timeout_on_an_adversarial_input_is_bounded(pool, caplog):
     assert s.status == "timeout"
     assert "killed and replaced" in s.detail
     assert time.monotonic() - t0 < 6
-    [record] = [r for r in caplog.records if "math check timeout" in r.getMessage()]
+    [record] = [r for r in caplog.records if "math verifier timeout" in r.getMessage()]
     assert len(record.getMessage()) < 700  # the 6,000-char input is cut in the log line
     assert score("\\boxed{5}", "5", pool).status == "correct"  # the pool still works
 
