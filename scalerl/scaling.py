@@ -49,7 +49,7 @@ class Grid:
 
     def a_values(self) -> np.ndarray:
         lo, hi, step = self.a
-        return lo + step * np.arange(int(np.floor((hi - lo) / step + 1e-9)) + 1)
+        return np.round(lo + step * np.arange(int(np.floor((hi - lo) / step + 1e-9)) + 1), 10)
 
     def cmid_values(self) -> np.ndarray:
         lo, hi, num = self.cmid
@@ -57,19 +57,21 @@ class Grid:
 
 
 def default_grid(x: np.ndarray, y: np.ndarray) -> Grid:
-    """The paper's A grid (widened to cover the data) and a C_mid grid from the x range.
+    """The paper's A grid (widened when the data need it) and a C_mid grid from the x range.
 
-    C_mid: 100 geometric values from x_min/10 to 10 x_max of the fitted points, since a laptop
-    run's compute is seconds, not the paper's 100-40,000 GPU-hours.
+    A: 0.45-0.80 step 0.005 while the fitted y stay <= 0.65; above that the top goes to 1.0 (a
+    pass rate's ceiling; for y beyond 1, y_max + the y range) and the bottom down to y_max - 0.1
+    when needed. C_mid: 100 geometric values from x_min/10 to 10 x_max of the fitted points,
+    since a laptop run's compute is seconds, not the paper's 100-40,000 GPU-hours.
     """
     lo, hi, step = PAPER_A_GRID
-    lo = min(lo, np.floor((float(y.max()) - 0.1) / step) * step)
-    hi = max(hi, np.ceil((float(y.max()) + 0.15) / step) * step)
-    if y.max() <= 1.0:
-        hi = max(min(hi, 1.0), PAPER_A_GRID[1])
+    y_min, y_max = float(y.min()), float(y.max())
+    lo = min(lo, np.floor((y_max - 0.1) / step) * step)
+    if y_max > 0.65:
+        hi = 1.0 if y_max <= 1.0 else np.ceil((2 * y_max - y_min) / step) * step
     widened = (lo, hi) != PAPER_A_GRID[:2]
     origin = "paper A grid" + (" widened to cover the data" if widened else "")
-    return Grid(a=(round(lo, 6), round(hi, 6), step),
+    return Grid(a=(round(float(lo), 6), round(float(hi), 6), step),
                 cmid=(float(x.min()) / 10, float(x.max()) * 10, 100), cmid_spacing="log",
                 origin=origin + "; C_mid from the x range")
 
