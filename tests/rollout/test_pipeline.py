@@ -204,20 +204,35 @@ def test_state_dict_is_consistent_while_the_driver_admits():
 
 
 @pytest.mark.slow
-def test_pipeline_on_the_real_engine_keeps_the_lag_bound(engine, tiny_task_samples):
-    """Real vLLM engine, in-flight updates through the in-process publisher."""
-    pytest.importorskip("scalerl.trainer.publish")
+def test_real_engine_keeps_the_lag_bound_through_in_flight_publishes(engine, tiny_model_path):
+    """The vLLM engine and the in-process publisher: each step's weights land while the next
+    prompts are generating; every batch keeps lag <= max_lag and tokens carry real versions."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    from scalerl.envs.registry import get_task
     from scalerl.trainer.publish import InProcessPublisher
 
-    samples = iter(tiny_task_samples * 10)
-    publisher = InProcessPublisher(engine, timeout_s=60.0)
-    weights = publisher.snapshot_of_engine() if hasattr(publisher, "snapshot_of_engine") else None
-    with PipelineRL(engine, lambda: next(samples), n=2, groups_per_batch=2, max_lag=1,
-                    budget=Budget(thinking=8, answer=8), temperature=1.0, seed=0,
-                    trainer_version=engine.version) as pipe:
-        v0 = engine.version
-        for step in range(3):
-            batch = pipe.take_batch(v0 + step, timeout_s=120.0)
-            assert max(batch.lags) <= 1
-            if weights is not None:
-                publisher.publish(weights, v0 + step + 1)
+    base: dict = {}
+    for f in sorted(Path(tiny_model_path).glob("*.safetensors")):
+        base.update(load_file(str(f)))
+    samples = iter(get_task("arith").samples("train"))
+    v0 = engine.version
+    pub = InProcessPublisher(engine, timeout_s=120.0, initial_weights=base, initial_version=v0)
+    try:
+        with PipelineRL(engine, lambda: next(samples), n=2, groups_per_batch=2, max_lag=1,
+                        budget=Budget(thinking=32, answer=16), temperature=1.0, seed=0,
+                        trainer_version=v0) as pipe:
+            for step in range(4):
+                batch = pipe.take_batch(v0 + step, timeout_s=300.0)
+                assert set(batch.lags) <= {0, 1}
+                versions = {v for r in batch.rollouts for v in r.versions}
+                assert versions <= set(range(v0, v0 + step + 1))
+                assert all(r.score.status in ("correct", "wrong", "no_answer")
+                           for r in batch.rollouts)
+                scaled = {k: t * (1 + 1e-3 * (step + 1)) if k == "lm_head.weight" else t
+                          for k, t in base.items()}
+                pub.publish(scaled, v0 + step + 1)
+    finally:  # the engine is shared by the session: put its weights and version back
+        engine.update_weights(list(base.items()), v0, timeout_s=120.0)
