@@ -12,6 +12,7 @@ only on a well-formed, unique result that equals the expected value; no exit cod
 from __future__ import annotations
 
 import json
+import marshal
 import re
 import secrets
 import time
@@ -180,7 +181,7 @@ def score_code(
     except TestFormatError as e:
         return Score("error", reward_for("error", correct_reward, wrong_reward), f"tests: {e}")
     nonce = secrets.token_hex(16)
-    stdin = json.dumps(dict(plan.spec, nonce=nonce)).encode() + b"\n"
+    stdin = marshal.dumps(dict(plan.spec, nonce=nonce))  # trusted direction: parent -> harness
     files = {"harness.py": _harness_source(), "prog.py": code.encode("utf-8", "replace")}
     run_limits = limits or default_limits(plan.n_tests, test_timeout_s)
     try:

@@ -1,32 +1,33 @@
 """The program that runs INSIDE the sandbox to grade code; stdlib only, started as `python -I`.
 
-Modes (the first stdin line is a JSON spec with `mode` and a per-run `nonce`):
+Stdin holds a marshal-encoded spec (from the trusted parent) with `mode` and a per-run `nonce`:
 - `call`: import `prog.py` once, call `fn_name` on each test's arguments with a per-call deadline
   and print each result as strict tagged JSON (plain types only, checked with `type(x) is int`
   captured before the candidate runs). The PARENT compares; expected values are never sent here.
-- `stdio`: run `python -I prog.py` once per test (its own process group and deadline), stdin from
-  the test input, stdout to a capped file; report the output, the parent compares.
+- `stdio`: run `python -I prog.py` once per test (own session, deadline), stdin from the test
+  input, stdout to a capped file; report the output, the parent compares.
 - `check`: HumanEval asserts that could not be turned into call tests. This process (trusted,
   non-dumpable) runs `check` and relays every `candidate(...)` call to a second process (`serve`
   mode) holding the candidate, so the candidate never shares a process with the expected values.
-Result lines are `<nonce> <json>` on the harness's private copy of fd 1; the candidate's own fd 1 is
-pointed at stderr. Nothing here decides pass/fail for `call`/`stdio`: the parent does.
+Result lines are `<nonce> <json>` on a private copy of fd 1 (the candidate's fd 1 goes to
+stderr). Only builtin modules load on the `call` path (no json/re/subprocess): start-up is most
+of a grading run's cost.
 """
 
-import contextlib
-import json
+import _signal
+import marshal
 import math
 import os
-import signal
-import subprocess
 import sys
 import time
 
 # Captured before any candidate code can patch builtins or modules.
 _type, _len, _repr, _str, _isfinite = type, len, repr, str, math.isfinite
-_dumps, _loads, _write, _exit = json.dumps, json.loads, os.write, os._exit
-_monotonic, _setitimer, _BaseException = time.monotonic, signal.setitimer, BaseException
+_write, _exit, _monotonic = os.write, os._exit, time.monotonic
+_setitimer, _BaseException, _ValueError = _signal.setitimer, BaseException, ValueError
 MAX_DEPTH = 100
+_ESCAPES = {i: f"\\u{i:04x}" for i in range(32)}
+_ESCAPES.update({ord('"'): '\\"', ord("\\"): "\\\\"})
 
 
 class NotPlain(Exception):
@@ -38,44 +39,41 @@ class Deadline(BaseException):
 
 
 def encode(x, depth=0):
-    """Tagged strict JSON: lists are arrays; tuple/dict/set are {"tuple"|"dict"|"set": [...]}."""
+    """Strict JSON text of a plain value; tuple/dict/set become {"tuple"|"dict"|"set": [...]}."""
     if depth > MAX_DEPTH:
         raise NotPlain("nested too deep")
     t = _type(x)
-    if x is None or t is bool or t is str or t is int:
-        return x
+    if x is None:
+        return "null"
+    if t is bool:
+        return "true" if x else "false"
+    if t is int:
+        return int.__repr__(x)  # ValueError past the int-to-str digit limit
     if t is float:
         if not _isfinite(x):
-            raise NotPlain("non-finite float " + _repr(x))
-        return x
+            raise NotPlain("non-finite float " + float.__repr__(x))
+        return float.__repr__(x)
+    if t is str:
+        return '"' + str.translate(x, _ESCAPES) + '"'
     if t is list:
-        return [encode(v, depth + 1) for v in x]
+        return "[" + ",".join([encode(v, depth + 1) for v in x]) + "]"
     if t is tuple:
-        return {"tuple": [encode(v, depth + 1) for v in x]}
+        return '{"tuple":[' + ",".join([encode(v, depth + 1) for v in x]) + "]}"
     if t is dict:
-        return {"dict": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in x.items()]}
+        pairs = ["[" + encode(k, depth + 1) + "," + encode(v, depth + 1) + "]"
+                 for k, v in dict.items(x)]
+        return '{"dict":[' + ",".join(pairs) + "]}"
     if t is set or t is frozenset:
-        return {"set": [encode(v, depth + 1) for v in x]}
+        return '{"set":[' + ",".join([encode(v, depth + 1) for v in x]) + "]}"
     raise NotPlain("value of type " + t.__name__)
 
 
-def decode(x):
-    """Inverse of `encode` (used by `check` mode on the serve process's answers)."""
-    t = _type(x)
-    if t is list:
-        return [decode(v) for v in x]
-    if t is dict:
-        if _len(x) != 1:
-            raise NotPlain("malformed tagged value")
-        (tag, items), = x.items()
-        if tag == "tuple":
-            return tuple(decode(v) for v in items)
-        if tag == "dict":
-            return {decode(k): decode(v) for k, v in items}
-        if tag == "set":
-            return {decode(v) for v in items}
-        raise NotPlain("unknown tag " + _repr(tag))
-    return x
+def record(fields, value_json=None):
+    """JSON text of a flat record of str/int/float/bool/None fields, plus an encoded value."""
+    parts = [encode(k) + ":" + encode(v) for k, v in fields.items()]
+    if value_json is not None:
+        parts.append('"value":' + value_json)
+    return "{" + ",".join(parts) + "}"
 
 
 class Channel:
@@ -86,10 +84,11 @@ class Channel:
         os.dup2(2, 1)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
+        os.close(devnull)
         self.nonce = nonce
 
-    def emit(self, record):
-        data = (self.nonce + " " + _dumps(record, allow_nan=False) + "\n").encode()
+    def emit(self, text):
+        data = (self.nonce + " " + text + "\n").encode("utf-8", "replace")
         while data:
             data = data[_write(self.fd, data):]
 
@@ -98,11 +97,25 @@ def _on_alarm(signum, frame):
     raise Deadline()
 
 
-def load_candidate(prelude, source):
-    """Run the prelude then the candidate's code in a fresh module namespace (not __main__)."""
+def _failure(kind, e):
+    return {"ok": False, "kind": kind, "error": _type(e).__name__ + ": " + _str(e)[:200]}
+
+
+def load_candidate(prelude, timeout_s):
+    """(namespace, None), or (None, failure fields) when the module-level code fails."""
     ns = {"__name__": "candidate", "__builtins__": __builtins__}
-    exec(compile(prelude + "\n" + source, "prog.py", "exec"), ns)
-    return ns
+    _setitimer(_signal.ITIMER_REAL, timeout_s)
+    try:
+        with open("prog.py", encoding="utf-8", errors="replace") as fh:
+            source = fh.read()
+        exec(compile(prelude + "\n" + source, "prog.py", "exec"), ns)
+        return ns, None
+    except Deadline:
+        return None, {"ok": False, "kind": "timeout", "error": "time limit exceeded at import"}
+    except _BaseException as e:  # the candidate's exception, incl. SystemExit
+        return None, _failure("import", e)
+    finally:
+        _setitimer(_signal.ITIMER_REAL, 0)
 
 
 def resolve(ns, fn_name):
@@ -114,100 +127,120 @@ def resolve(ns, fn_name):
 
 
 def timed_call(fn, args, kwargs, timeout_s):
-    """One call under a deadline -> record (without the index)."""
+    """One call under a deadline -> (record fields, value JSON or None)."""
     start = _monotonic()
-    _setitimer(signal.ITIMER_REAL, timeout_s)
+    _setitimer(_signal.ITIMER_REAL, timeout_s)
     try:
         value = fn(*args, **kwargs)
     except Deadline:
-        return {"ok": False, "kind": "timeout", "error": "time limit exceeded"}
+        return {"ok": False, "kind": "timeout", "error": "time limit exceeded"}, None
     except _BaseException as e:  # the candidate's exception, incl. SystemExit
-        return _failure("exception", e)
+        return _failure("exception", e), None
     finally:
-        _setitimer(signal.ITIMER_REAL, 0)
+        _setitimer(_signal.ITIMER_REAL, 0)
     if _monotonic() - start > timeout_s:
-        return {"ok": False, "kind": "timeout", "error": "time limit exceeded (deadline caught)"}
+        return {"ok": False, "kind": "timeout", "error": "time limit exceeded (alarm caught)"}, None
     try:
-        return {"ok": True, "value": encode(value)}
-    except (NotPlain, RecursionError, ValueError) as e:
-        return {"ok": False, "kind": "not_plain", "error": _str(e)[:200]}
+        return {"ok": True}, encode(value)
+    except (NotPlain, RecursionError, _ValueError) as e:
+        return {"ok": False, "kind": "not_plain", "error": _str(e)[:200]}, None
 
 
-def _failure(kind, e):
-    return {"ok": False, "kind": kind, "error": _type(e).__name__ + ": " + _str(e)[:200]}
-
-
-def import_with_deadline(spec, timeout_s):
-    """(namespace, None) or (None, error record) for the candidate's module-level code."""
-    _setitimer(signal.ITIMER_REAL, timeout_s)
+def _candidate_fn(spec):
+    """(function, None) or (None, failure fields)."""
+    ns, err = load_candidate(spec.get("prelude", ""), spec["timeout_s"])
+    if ns is None:
+        return None, err
     try:
-        return load_candidate(spec.get("prelude", ""), open("prog.py").read()), None
-    except Deadline:
-        return None, {"ok": False, "kind": "timeout", "error": "time limit exceeded at import"}
+        return resolve(ns, spec["fn_name"]), None
     except _BaseException as e:
         return None, _failure("import", e)
-    finally:
-        _setitimer(signal.ITIMER_REAL, 0)
 
 
 def run_call(spec, chan):
-    signal.signal(signal.SIGALRM, _on_alarm)
-    timeout_s = spec["timeout_s"]
-    ns, err = import_with_deadline(spec, timeout_s)
-    fn = None
-    if ns is not None:
-        try:
-            fn = resolve(ns, spec["fn_name"])
-        except _BaseException as e:
-            err = _failure("import", e)
+    _signal.signal(_signal.SIGALRM, _on_alarm)
+    fn, err = _candidate_fn(spec)
     for i, call in enumerate(spec["calls"]):
         if fn is None:
-            record = err
+            fields, value = err, None
         else:
-            record = timed_call(fn, decode(call["args"]), decode(call.get("kwargs", {"dict": []})),
-                                timeout_s)
-        chan.emit(dict(record, i=i))
+            fields, value = timed_call(fn, call["args"], call.get("kwargs", {}),
+                                       spec["timeout_s"])
+        chan.emit(record(dict(fields, i=i), value))
 
 
 def run_serve(spec, chan, requests):
-    """Answer one call per request line until EOF (the `check` process drives this)."""
-    signal.signal(signal.SIGALRM, _on_alarm)
-    ns, err = import_with_deadline(spec, spec["timeout_s"])
-    fn = resolve(ns, spec["fn_name"]) if ns is not None else None
-    for line in requests:
-        req = _loads(line)
-        record = err if fn is None else timed_call(
-            fn, decode(req["args"]), decode(req["kwargs"]), spec["timeout_s"])
-        chan.emit(record)
+    """Answer one call per marshal frame until EOF (the `check` process drives this)."""
+    _signal.signal(_signal.SIGALRM, _on_alarm)
+    fn, err = _candidate_fn(spec)
+    while True:
+        try:
+            req = marshal.load(requests)
+        except EOFError:
+            return
+        if fn is None:
+            chan.emit(record(err))
+        else:
+            chan.emit(record(*timed_call(fn, req["args"], req["kwargs"], spec["timeout_s"])))
+
+
+def _wait(pid, timeout_s):
+    """Exit status of pid, or None when it is still running after timeout_s."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    if pidfd is not None:
+        import select
+
+        ready = select.select([pidfd], [], [], timeout_s)[0]
+        os.close(pidfd)
+        return os.waitpid(pid, 0)[1] if ready else None
+    deadline = _monotonic() + timeout_s
+    while _monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.002)
+    return None
 
 
 def run_stdio_test(i, data, timeout_s, out_cap):
-    with open(".in", "wb") as f:
-        f.write(data.encode())
-    with open(".in", "rb") as fin, open(".out", "wb") as fout, open(".err", "wb") as ferr:
-        start = _monotonic()
-        proc = subprocess.Popen([sys.executable, "-I", "prog.py"], stdin=fin, stdout=fout,
-                                stderr=ferr, start_new_session=True, close_fds=True)
-        try:
-            code = proc.wait(timeout=timeout_s)
-            status = "ok" if code == 0 else "runtime_error"
-        except subprocess.TimeoutExpired:
-            code, status = None, "timeout"
-        elapsed = _monotonic() - start
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    with open(".out", "rb") as f:
-        out = f.read(out_cap + 1)
-    with open(".err", "rb") as f:
-        err = f.read(2000)
+    with open(".in", "wb") as fh:
+        fh.write(data.encode("utf-8", "replace"))
+    fds = [os.open(".in", os.O_RDONLY)]
+    fds += [os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for p in (".out", ".err")]
+    start = _monotonic()
+    pid = os.posix_spawn(sys.executable, [sys.executable, "-I", "prog.py"], os.environ,
+                         file_actions=[(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate(fds)],
+                         setsid=True)
+    for fd in fds:
+        os.close(fd)
+    status = _wait(pid, timeout_s)
+    elapsed = _monotonic() - start
+    try:  # noqa: SIM105 - contextlib would cost an import on every run
+        os.killpg(pid, _signal.SIGKILL)  # the program and anything it left in its session
+    except ProcessLookupError:
+        pass
+    if status is None:
+        os.waitpid(pid, 0)
+        code, verdict = None, "timeout"
+    else:
+        code = os.waitstatus_to_exitcode(status)
+        verdict = "ok" if code == 0 else "runtime_error"
+    with open(".out", "rb") as fh:
+        out = fh.read(out_cap + 1)
+    with open(".err", "rb") as fh:
+        err = fh.read(2000)
     if _len(out) > out_cap:
-        status, out = "output_limit", out[:out_cap]
-    return {"i": i, "status": status, "exit": code, "wall_s": round(elapsed, 4),
-            "stdout": out.decode("utf-8", "replace"), "stderr": err.decode("utf-8", "replace")}
+        verdict, out = "output_limit", out[:out_cap]
+    return record({"i": i, "status": verdict, "exit": code, "wall_s": round(elapsed, 4),
+                   "stdout": out.decode("utf-8", "replace"),
+                   "stderr": err.decode("utf-8", "replace")})
 
 
 def run_stdio(spec, chan):
+    _make_undumpable()
     for i, data in enumerate(spec["inputs"]):
         chan.emit(run_stdio_test(i, data, spec["timeout_s"], spec["out_cap"]))
 
@@ -215,54 +248,79 @@ def run_stdio(spec, chan):
 class Candidate:
     """`candidate(...)` inside `check`: relays the call to the serve process, decodes its answer."""
 
-    def __init__(self, spec, nonce):
-        serve = dict(spec, mode="serve", nonce=nonce)
+    def __init__(self, spec, subprocess):
+        self.nonce = os.urandom(16).hex()
+        serve = dict(spec, mode="serve", nonce=self.nonce)
+        serve.pop("test")  # the serve process gets no assertion source
         self.proc = subprocess.Popen([sys.executable, "-I", "harness.py"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, close_fds=True)
-        self.proc.stdin.write((_dumps(serve) + "\n").encode())
+        self.proc.stdin.write(marshal.dumps(serve))
         self.proc.stdin.flush()
-        self.nonce, self.timeout_s, self.calls = nonce, spec["timeout_s"], 0
+        self.timeout_s, self.calls = spec["timeout_s"], 0
 
     def __call__(self, *args, **kwargs):
+        import json
+
         self.calls += 1
-        req = {"args": encode(list(args)), "kwargs": encode(kwargs)}
-        self.proc.stdin.write((_dumps(req) + "\n").encode())
+        self.proc.stdin.write(marshal.dumps({"args": list(args), "kwargs": kwargs}))
         self.proc.stdin.flush()
-        _setitimer(signal.ITIMER_REAL, self.timeout_s + 1.0)
+        _setitimer(_signal.ITIMER_REAL, self.timeout_s + 1.0)
         try:
             line = self.proc.stdout.readline(64 << 20)
         finally:
-            _setitimer(signal.ITIMER_REAL, 0)
+            _setitimer(_signal.ITIMER_REAL, 0)
         prefix = (self.nonce + " ").encode()
         if not line.startswith(prefix):
             raise RuntimeError("candidate process gave no answer (exited or garbled)")
-        record = _loads(line[_len(prefix):])
-        if not record.get("ok"):
-            raise RuntimeError("candidate call failed: " + _str(record.get("error")))
-        return decode(record["value"])
+        answer = json.loads(line[_len(prefix):])
+        if answer.get("ok") is not True:
+            raise RuntimeError("candidate call failed: " + _str(answer.get("error")))
+        return decode(answer["value"])
+
+
+def decode(x):
+    """Tagged JSON (as `encode` writes it) -> Python value."""
+    if _type(x) is list:
+        return [decode(v) for v in x]
+    if _type(x) is dict:
+        (tag, items), = x.items()
+        if tag == "tuple":
+            return tuple(decode(v) for v in items)
+        if tag == "set":
+            return {decode(v) for v in items}
+        if tag == "dict":
+            return {decode(k): decode(v) for k, v in items}
+        raise NotPlain("unknown tag " + _repr(tag))
+    return x
 
 
 def run_check(spec, chan):
     """Run the dataset's `check(candidate)` here, with the candidate in another process."""
+    import subprocess
+    import traceback
+
     _make_undumpable()
-    signal.signal(signal.SIGALRM, _on_alarm)
-    helper_nonce = os.urandom(16).hex()
-    cand = Candidate(spec, helper_nonce)
+    _signal.signal(_signal.SIGALRM, _on_alarm)
+    cand = Candidate(spec, subprocess)
     ns = {"__name__": "checker", "__builtins__": __builtins__}
     try:
         exec(compile(spec.get("prelude", "") + "\n" + spec["test"], "check.py", "exec"), ns)
         ns[spec["fn_name"]] = cand  # the original ran prompt + completion + test in one module
         ns["check"](cand)
-        record = {"passed": cand.calls > 0, "calls": cand.calls,
+        fields = {"passed": cand.calls > 0, "calls": cand.calls,
                   "error": "" if cand.calls else "check() never called the candidate"}
     except Deadline:
-        record = {"passed": False, "calls": cand.calls, "kind": "timeout",
+        fields = {"passed": False, "calls": cand.calls, "kind": "timeout",
                   "error": "time limit exceeded"}
     except _BaseException as e:
-        record = {"passed": False, "calls": cand.calls,
-                  "error": _type(e).__name__ + ": " + _str(e)[:300]}
+        where = [f.lineno for f in traceback.extract_tb(e.__traceback__)
+                 if f.filename == "check.py"]
+        offset = spec.get("prelude", "").count("\n") + 1  # report lines of the test source
+        fields = {"passed": False, "calls": cand.calls,
+                  "error": (f"line {where[-1] - offset}: " if where else "")
+                  + _type(e).__name__ + ": " + _str(e)[:300]}
     cand.proc.kill()
-    chan.emit(dict(record, i=0))
+    chan.emit(record(dict(fields, i=0)))
 
 
 def _make_undumpable():
@@ -275,20 +333,13 @@ def _make_undumpable():
 
 def main():
     stdin = os.fdopen(os.dup(0), "rb")
-    spec = _loads(stdin.readline())
+    spec = marshal.load(stdin)
     chan = Channel(spec["nonce"])
-    mode = spec["mode"]
-    if mode == "stdio":
-        _make_undumpable()
-        run_stdio(spec, chan)
-    elif mode == "call":
-        run_call(spec, chan)
-    elif mode == "serve":
+    modes = {"call": run_call, "stdio": run_stdio, "check": run_check}
+    if spec["mode"] == "serve":
         run_serve(spec, chan, stdin)
-    elif mode == "check":
-        run_check(spec, chan)
     else:
-        raise SystemExit("unknown mode " + _repr(mode))
+        modes[spec["mode"]](spec, chan)
     _exit(0)  # do not wait for threads the candidate may have left running
 
 

@@ -55,19 +55,6 @@ def untag(x: Any) -> Any:
     return x
 
 
-def tag(x: Any) -> Any:
-    """Encode plain values for the harness (arguments): the inverse of `untag`."""
-    if isinstance(x, list):
-        return [tag(v) for v in x]
-    if isinstance(x, tuple):
-        return {"tuple": [tag(v) for v in x]}
-    if isinstance(x, dict):
-        return {"dict": [[tag(k), tag(v)] for k, v in x.items()]}
-    if isinstance(x, set | frozenset):
-        return {"set": [tag(v) for v in x]}
-    return x
-
-
 def as_json(x: Any) -> Any:
     """JSON's view of a value (tuples become lists), for tests whose outputs came from JSON."""
     if isinstance(x, list | tuple):
@@ -209,7 +196,7 @@ def _plan_call(tests: Mapping[str, Any], timeout_s: float, float_tol: float | No
         return ("pass", "") if ok else ("wrong", _mismatch(inputs[i], expected, actual))
 
     spec = {"mode": "call", "fn_name": fn_name, "timeout_s": timeout_s,
-            "prelude": str(tests.get("prelude", "")), "calls": [{"args": tag(a)} for a in inputs]}
+            "prelude": str(tests.get("prelude", "")), "calls": [{"args": a} for a in inputs]}
     return Plan(spec, len(inputs), judge)
 
 
@@ -232,7 +219,7 @@ def _plan_assert(tests: Mapping[str, Any], timeout_s: float, float_tol: float | 
         return "wrong", f"line {case.line} ({case.op}): " + _mismatch(case.args, case.expected,
                                                                     actual)
 
-    calls = [{"args": tag(list(c.args)), "kwargs": tag(dict(c.kwargs))} for c in cases]
+    calls = [{"args": list(c.args), "kwargs": dict(c.kwargs)} for c in cases]
     spec = {"mode": "call", "fn_name": entry, "timeout_s": timeout_s, "prelude": prelude,
             "calls": calls}
     return Plan(spec, len(cases), judge)

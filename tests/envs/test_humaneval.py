@@ -89,5 +89,6 @@ def test_check_mode_catches_a_bug_only_the_random_loop_sees(task):
     assert sample.id in NOT_LITERAL
     buggy = "```python\ndef add(x: int, y: int):\n    return x + y if x + y < 1500 else 0\n```"
     s = task.score(sample, buggy)
-    assert s.status == "wrong" and "check() failed: AssertionError" in s.detail
+    # Line 17 of its test source is `assert candidate(x, y) == x + y` inside the random loop.
+    assert s.status == "wrong" and "check() failed: line 17: AssertionError" in s.detail
     assert task.score(sample, "```python\ndef add(x, y):\n    return x + y\n```").correct
