@@ -15,6 +15,7 @@ HELP = "benchmarks of the hot paths (verify, sandbox, rollout, train), each besi
 BENCHES: dict[str, str] = {
     "verify": "math verifications/s through the worker pool vs serial math-verify",
     "sandbox": "sandboxed programs/s per backend vs bare python subprocesses",
+    "code": "code grading problems/s (score_code in the sandbox) vs bare exit-code subprocesses",
     "rollout": "generation tokens/s with scoring overlapped vs generation alone vs bare vLLM",
     "train": "trainer tokens/s and generator/trainer idle shares per off-policy mode",
 }
