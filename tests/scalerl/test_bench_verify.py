@@ -6,10 +6,12 @@ verdict, and that every adversarial input finishes within its deadline plus the 
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 
+from scalerl.benches import verify
 from scalerl.benches.verify import adversarial_inputs, make_mix
 
 
@@ -49,10 +51,7 @@ def test_bench_verify_quick_json():
     assert result["adversarial_max_s"] <= 2 + 3  # the 2 s deadline plus killing the worker
 
 
-def test_bad_worker_count_is_refused():
-    proc = subprocess.run(
-        [sys.executable, "-m", "scalerl", "bench", "verify", "--workers", "0"],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 2
-    assert "--workers must be >= 1, got 0" in proc.stderr
+def test_bad_worker_count_is_refused(capsys):
+    args = argparse.Namespace(workers=0, json=True, quick=True)
+    assert verify.run(args) == 2
+    assert "--workers must be >= 1, got 0" in capsys.readouterr().err
