@@ -132,21 +132,25 @@ def run_job(job: Job) -> dict[str, Any]:
 
 # --- the ordered streaming loop -----------------------------------------------------------------
 def _writer(
-    futures: queue.Queue, out: IO[str], counts: collections.Counter, failed: list[str]
+    futures: queue.Queue, out: IO[str], counts: collections.Counter, failed: list[str],
+    stop: threading.Event,
 ) -> None:
     """Write rows in input order, each as soon as it and all earlier ones are done. After a
-    write error it keeps draining (so the reader never blocks) and records the error."""
+    write error it keeps draining (so the reader never blocks) and records the error; after an
+    interruption (`stop`) it writes nothing more."""
     while (fut := futures.get()) is not None:
         try:
             row = fut.result()
         except CancelledError:  # the run was interrupted; later rows are not written
+            break
+        if stop.is_set():
             break
         if failed:
             continue
         try:
             out.write(dumps(row) + "\n")
             out.flush()
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: the file was closed under us
             failed.append(f"cannot write output: {exc}")
             continue
         counts[row["status"]] += 1
@@ -159,7 +163,10 @@ def score_lines(
     counts: collections.Counter = collections.Counter()
     futures: queue.Queue[Future | None] = queue.Queue(maxsize=4 * workers)  # backpressure
     failed: list[str] = []
-    writer = threading.Thread(target=_writer, args=(futures, out, counts, failed), daemon=True)
+    stop = threading.Event()
+    writer = threading.Thread(
+        target=_writer, args=(futures, out, counts, failed, stop), daemon=True
+    )
     writer.start()
     resolver, skipped, fatal = Resolver(), 0, None
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="score")
@@ -180,6 +187,7 @@ def score_lines(
         futures.put(None)
         writer.join()
     except BaseException:  # Ctrl-C: drop queued rows; rows already written stay written
+        stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
