@@ -127,6 +127,7 @@ class GroupBuffer:
         self._next_version = trainer_version
         """Predicted trainer version of the next batch to take."""
         self._closed: BaseException | None = None
+        self._admission_ended: BaseException | None = None
         self.regenerated_total = 0
 
     # -- generator side -------------------------------------------------------------------
@@ -193,6 +194,10 @@ class GroupBuffer:
                 if self._closed is not None:
                     raise BufferClosed(f"buffer closed while waiting for batch {b}") \
                         from self._closed
+                if self._admission_ended is not None and seqs.stop > self._next_seq:
+                    raise BufferClosed(f"batch {b} can never be complete: no prompt after "
+                                       f"{self._next_seq - 1} will be admitted "
+                                       f"({self._admission_ended!r})") from self._admission_ended
                 regenerated += self._send_back_stale(seqs, trainer_version)
                 if all(s in self._slots and self._slots[s].state == "done" for s in seqs):
                     break
@@ -232,6 +237,13 @@ class GroupBuffer:
         """Wake every waiter with BufferClosed (chained to `error` when the pipeline failed)."""
         with self._cond:
             self._closed = error or RuntimeError("buffer closed")
+            self._cond.notify_all()
+
+    def end_admission(self, reason: BaseException) -> None:
+        """No more prompts will be admitted (the sampler is exhausted or failed): a trainer
+        waiting for a batch that needs one gets BufferClosed chained to `reason`."""
+        with self._cond:
+            self._admission_ended = reason
             self._cond.notify_all()
 
     def wait(self, timeout_s: float) -> None:

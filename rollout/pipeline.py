@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -45,7 +45,8 @@ class PipelineRL:
     """
 
     def __init__(self, generator: GeneratorLike, sampler: Sampler, *, n: int,
-                 groups_per_batch: int, max_lag: int, budget: Budget, temperature: float = 1.0,
+                 groups_per_batch: int, max_lag: int, budget: Budget | Mapping[str, Budget],
+                 temperature: float = 1.0,
                  seed: int = 0, scorer: Any = None, max_in_flight: int | None = None,
                  trainer_version: int = 0, poll_s: float = 0.05,
                  seed_fn: Callable[[int], int] | None = None):
@@ -65,7 +66,7 @@ class PipelineRL:
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._error: BaseException | None = None
-        self._exhausted = False
+        self._exhausted: BaseException | None = None
         self._clock = _IdleClock()
         self._trainer_wait_s = 0.0
 
@@ -110,12 +111,13 @@ class PipelineRL:
 
     def _admit(self) -> None:
         with self._admit_lock:
-            while (not self._exhausted and self._clock.in_flight + self._queued()
+            while (self._exhausted is None and self._clock.in_flight + self._queued()
                    < self.max_in_flight and self.buffer.admissible(self.generator.version)):
                 try:
                     sample = self.sampler()
-                except StopIteration:
-                    self._exhausted = True
+                except Exception as e:  # StopIteration, or the sampler's own error (loud later)
+                    self._exhausted = e
+                    self.buffer.end_admission(e)
                     return
                 self.buffer.admit(sample)
 
@@ -130,12 +132,20 @@ class PipelineRL:
 
     def _generate(self, seq: int, sample: Sample) -> None:
         rollouts = self.generator.generate(
-            [sample], n=self.n, budget=self.budget, temperature=self.temperature,
+            [sample], n=self.n, budget=self.budget_for(sample), temperature=self.temperature,
             seed=self.seed_fn(seq), scorer=self.scorer)
         if len(rollouts) != self.n:
             raise RuntimeError(f"generator returned {len(rollouts)} rollouts for sample "
                                f"{sample.id!r} (seq {seq}), expected n={self.n}")
         self.buffer.put(PromptGroup(seq, sample, tuple(rollouts)))
+
+    def budget_for(self, sample: Sample) -> Budget:
+        if isinstance(self.budget, Budget):
+            return self.budget
+        if sample.task not in self.budget:
+            raise KeyError(f"no length budget for task {sample.task!r} (sample {sample.id!r}); "
+                           f"budgets are set for: {', '.join(sorted(self.budget))}")
+        return self.budget[sample.task]
 
     def _done(self, fut: Future) -> None:
         self._clock.end()
@@ -154,15 +164,15 @@ class PipelineRL:
         pipeline's own error (chained) if generation failed, BufferTimeout after `timeout_s`."""
         if self._thread is None:
             raise RuntimeError("PipelineRL.take_batch: call start() first")
-        if self._exhausted and self.buffer.counts() == {"queued": 0, "running": 0, "done": 0}:
-            raise StopIteration("PipelineRL: the sampler is exhausted and the buffer is empty")
         try:
             batch = self.buffer.take_batch(trainer_version, timeout_s)
         except BufferClosed as e:
             if self._error is not None:
                 raise RuntimeError(f"PipelineRL generation failed: {self._error!r}") \
                     from self._error
-            raise e
+            if isinstance(self._exhausted, StopIteration):
+                raise StopIteration(f"PipelineRL: the sampler is exhausted ({e})") from e
+            raise
         self._trainer_wait_s += batch.wait_s
         return batch
 

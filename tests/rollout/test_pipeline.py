@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from scalerl.envs.base import Sample, Score
-from scalerl.rollout.buffer import BufferTimeout
+from scalerl.rollout.buffer import BufferClosed, BufferTimeout
 from scalerl.rollout.pipeline import PipelineRL
 from scalerl.rollout.types import Budget, Rollout
 
@@ -161,13 +161,27 @@ def test_take_batch_times_out_loudly_when_nothing_arrives():
         pipe.take_batch(0, timeout_s=0.2)
 
 
-def test_exhausted_sampler_ends_with_stop_iteration():
+def test_exhausted_sampler_serves_every_full_batch_then_stops():
     gen = FakeGenerator(tokens=1)
-    with make_pipeline(gen, CountingSampler(limit=4), max_lag=1) as pipe:
-        train(pipe, gen, steps=2)
-        time.sleep(0.1)
-        with pytest.raises(StopIteration):
-            pipe.take_batch(2, timeout_s=1.0)
+    with make_pipeline(gen, CountingSampler(limit=5), max_lag=1) as pipe:
+        assert len(train(pipe, gen, steps=2)) == 2  # prompts 0-3; prompt 4 has no partner
+        with pytest.raises(StopIteration, match="batch 2 can never be complete"):
+            pipe.take_batch(2, timeout_s=10.0)
+
+
+def test_a_failing_sampler_fails_the_batch_that_needs_it():
+    class Failing(CountingSampler):
+        def __call__(self) -> Sample:
+            if self.pos == 3:
+                raise RuntimeError("every training prompt is retired")
+            return super().__call__()
+
+    gen = FakeGenerator(tokens=1)
+    with make_pipeline(gen, Failing(), max_lag=1) as pipe:
+        train(pipe, gen, steps=1)
+        with pytest.raises(BufferClosed) as info:
+            pipe.take_batch(1, timeout_s=10.0)
+    assert "every training prompt is retired" in str(info.value.__cause__)
 
 
 def test_checkpoint_mid_run_resumes_without_repeating_or_skipping():
