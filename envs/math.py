@@ -14,7 +14,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -85,11 +85,11 @@ def score_math_many(
     pool: Pool | None = None,
 ) -> list[Score]:
     """Verdicts on (completion, gold) pairs, checked concurrently in the pool, in input order."""
-    t0 = time.monotonic()
     scores: list[Score | None] = [None] * len(items)
     jobs: list[tuple[int, tuple[str, str, bool], str]] = []
-    for i, (completion, gold) in enumerate(items):
-        early, job, note = _prepare(completion, gold, requires_thinking, boxed_only)
+    for i, item in enumerate(items):
+        t0 = time.monotonic()
+        early, job, note = _prepare(item, requires_thinking, boxed_only)
         if early is not None:
             status, detail = early
             scores[i] = Score(status, reward_for(status, correct_reward, wrong_reward), detail,
@@ -108,8 +108,9 @@ def score_math_many(
     return scores  # type: ignore[return-value]
 
 
-def _prepare(completion: Any, gold: Any, requires_thinking: bool, boxed_only: bool):
+def _prepare(item: Any, requires_thinking: bool, boxed_only: bool):
     """((status, detail), None, "") when decided without math-verify, else (None, job, note)."""
+    completion, gold = item if isinstance(item, tuple | list) and len(item) == 2 else (item, None)
     if not isinstance(completion, str) or not isinstance(gold, str):
         return ("error", f"completion and gold must be strings, got "
                 f"{type(completion).__name__} and {type(gold).__name__}"), None, ""
@@ -329,13 +330,19 @@ def _exact_pow(base: Fraction | None, exp: Fraction | None) -> Fraction | None:
     return base**n
 
 
+MATH_OPTIONS: tuple[str, ...] = ("requires_thinking", "boxed_only", "timeout_s")
+"""Options a task of the `math` kind may set (task spec `options:`)."""
+
+
+def score_kind(sample: Any, completion: str, options: Mapping[str, Any]) -> Score:
+    """The `math` kind's scorer: `score_math` with the task's options. Never raises."""
+    unknown = sorted(set(options) - set(MATH_OPTIONS))
+    if unknown:
+        return Score("error", reward_for("error"), f"unknown math option(s) {', '.join(unknown)};"
+                     f" valid: {', '.join(MATH_OPTIONS)}")
+    return score_math(completion, sample.answer, **options)
+
+
 register_kind(
-    Kind(
-        name="math",
-        score=lambda sample, completion, options: score_math(
-            completion, sample.answer, **options
-        ),
-        gold_field="answer",
-        system_prompt=MATH_SYSTEM_PROMPT,
-    )
+    Kind(name="math", score=score_kind, gold_field="answer", system_prompt=MATH_SYSTEM_PROMPT)
 )

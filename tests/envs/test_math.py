@@ -121,6 +121,8 @@ def test_a_killed_worker_gives_error_and_the_pool_keeps_working(pool):
 
 def test_bad_inputs_are_errors_not_exceptions(pool):
     assert score(None, "1", pool).status == "error"  # type: ignore[arg-type]
+    bad = score_math_many(["just a string", ("\\boxed{1}", "1")], pool=pool)  # type: ignore[list-item]
+    assert [s.status for s in bad] == ["error", "correct"]
     assert score("\\boxed{1}", None, pool).status == "error"  # type: ignore[arg-type]
     s = score("\\boxed{1}", "   ", pool)
     assert (s.status, s.detail) == ("error", "gold answer is empty")
@@ -241,6 +243,10 @@ def test_math_kind_is_registered():
     assert kind.score(sample, "\\boxed{2}", {}).status == "correct"
     assert kind.score(sample, "It is 2", {"boxed_only": True}).status == "no_answer"
     assert kind.score(sample, "\\boxed{2}", {"requires_thinking": True}).status == "no_answer"
+    s = kind.score(sample, "\\boxed{2}", {"boxed-only": True})
+    assert s.status == "error"
+    assert s.detail == ("unknown math option(s) boxed-only; valid: requires_thinking, boxed_only,"
+                        " timeout_s")
 
 
 # --- agreement with math-verify's own test cases --------------------------------------------
