@@ -109,14 +109,16 @@ class InProcessPublisher:
     """Publish into a Generator living in this process (`generator.update_weights`).
 
     `initial_weights`/`initial_version`: what the generator holds now (the trainer's starting
-    state dict); kept as the rollback target and as the expected names/shapes/dtypes. Without
-    it no rollback is possible for the first publish, and a failure says so.
+    state dict, or a callable returning it, called only if the first publish fails, e.g.
+    `checkpoint_weights(generator.model_path)`); the rollback target until a publish succeeds.
+    Without it no rollback is possible for the first publish, and a failure says so.
     """
 
     transport = "inprocess"
 
     def __init__(self, generator: Any, *, timeout_s: float = 120.0,
-                 initial_weights: Weights | None = None, initial_version: int = 0,
+                 initial_weights: Weights | Callable[[], Weights] | None = None,
+                 initial_version: int = 0,
                  rollback_timeout_s: float | None = None):
         if timeout_s <= 0 or (rollback_timeout_s is not None and rollback_timeout_s <= 0):
             raise ValueError(f"timeout_s and rollback_timeout_s must be > 0, got {timeout_s} "
@@ -127,7 +129,10 @@ class InProcessPublisher:
                             "the inprocess transport needs a rollout.engine.Generator")
         self.generator, self.timeout_s = generator, timeout_s
         self._previous: tuple[dict[str, torch.Tensor], int] | None = None
-        if initial_weights is not None:
+        self._initial: tuple[Callable[[], Weights], int] | None = None
+        if callable(initial_weights):
+            self._initial = (initial_weights, initial_version)
+        elif initial_weights is not None:
             self._previous = (stage(initial_weights), initial_version)
         self._broken: str | None = None
 
@@ -138,9 +143,10 @@ class InProcessPublisher:
         t0 = time.monotonic()
         expected = _shapes(self._previous[0]) if self._previous else None
         staged = stage(weights, expected)
-        if self._previous is not None and version <= self._previous[1]:
+        last = self._previous or self._initial
+        if last is not None and version <= last[1]:
             raise ValueError(f"publish version {version} must exceed the last published "
-                             f"version {self._previous[1]}")
+                             f"version {last[1]}")
         what = describe(staged, version)
         t1 = time.monotonic()
         call = self._send(staged, version, self.timeout_s)
@@ -148,7 +154,7 @@ class InProcessPublisher:
             call.wait(self.timeout_s, what)
         except Exception as e:
             raise self._rollback(e, call, what) from e
-        self._previous = (staged, version)
+        self._previous, self._initial = (staged, version), None
         nbytes = sum(t.numel() * t.element_size() for t in staged.values())
         return PublishStats(version, len(staged), nbytes, t1 - t0, time.monotonic() - t1,
                             self.transport)
@@ -167,14 +173,18 @@ class InProcessPublisher:
             self._broken = (f"sending {what} still hung {self.rollback_timeout_s:.3g}s after "
                             "its timeout; the generator's state is unknown: restart the engine")
             return kind(self._broken)
-        if self._previous is None:
+        if self._previous is None and self._initial is None:
             self._broken = f"failed sending {what} with no previous weights to restore"
             return kind(f"{self._broken}: {error}")
-        weights, version = self._previous
         try:
+            if self._previous is None:
+                load, v = self._initial  # type: ignore[misc]
+                self._previous = (stage(load()), v)
+            weights, version = self._previous
             self._send(weights, version, self.rollback_timeout_s).wait(
                 self.rollback_timeout_s, f"rollback to {describe(weights, version)}")
         except Exception as e2:  # the generator's state is unknown: refuse to go on
+            version = (self._previous or self._initial)[1]  # type: ignore[index]
             self._broken = (f"failed sending {what} ({error}), and restoring version {version} "
                             f"failed too ({e2}); restart the engine")
             return kind(self._broken)
@@ -183,6 +193,21 @@ class InProcessPublisher:
 
     def close(self) -> None:
         self._previous = None
+
+
+def checkpoint_weights(model_path: str) -> dict[str, torch.Tensor]:
+    """The tensors of the safetensors checkpoint at `model_path` (a rollback target)."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    files = sorted(Path(model_path).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors under {model_path}")
+    out: dict[str, torch.Tensor] = {}
+    for f in files:
+        out.update(load_file(str(f)))
+    return out
 
 
 class _MappingSource:

@@ -19,6 +19,7 @@ from scalerl.trainer.publish import (
     NCCLPublisher,
     PublishError,
     PublishTimeout,
+    checkpoint_weights,
     make_publisher,
     stage,
 )
@@ -140,6 +141,32 @@ def test_failure_without_initial_weights_says_nothing_could_be_restored():
     pub = InProcessPublisher(gen, timeout_s=5.0)
     with pytest.raises(PublishError, match="no previous weights to restore"):
         pub.publish(weights(1.0), 1)
+
+
+def test_first_failure_restores_lazily_loaded_initial_weights():
+    gen = RecordingGenerator(weights(0.0), version=3)
+    loads: list[int] = []
+    pub = InProcessPublisher(gen, timeout_s=5.0, initial_version=3,
+                             initial_weights=lambda: loads.append(1) or weights(0.0))
+    pub.publish(weights(1.0), 4)
+    assert loads == []  # loaded only when needed
+    gen2 = RecordingGenerator(weights(0.0), version=3)
+    pub2 = InProcessPublisher(gen2, timeout_s=5.0, initial_version=3,
+                              initial_weights=lambda: loads.append(1) or weights(0.0))
+    gen2.fail = "raise"
+    with pytest.raises(PublishError, match="restored to version 3"):
+        pub2.publish(weights(1.0), 4)
+    assert loads == [1] and gen2.version == 3
+    assert_weights_equal(gen2.weights, weights(0.0))
+
+
+def test_checkpoint_weights_reads_safetensors(tmp_path):
+    from safetensors.torch import save_file
+
+    save_file(weights(2.0), str(tmp_path / "model.safetensors"))
+    assert_weights_equal(checkpoint_weights(str(tmp_path)), weights(2.0))
+    with pytest.raises(FileNotFoundError, match="no \\*.safetensors under"):
+        checkpoint_weights(str(tmp_path / "nope"))
 
 
 def test_versions_must_increase():
