@@ -181,7 +181,8 @@ class PipelineRL:
         wall = max(self._clock.elapsed(), 1e-9)
         gen_idle = self._clock.idle_s()
         counts = self.buffer.counts()
-        out = {"async/generator_idle_s": gen_idle, "async/generator_idle_frac": gen_idle / wall,
+        out = {"async/wall_s": wall, "async/generator_idle_s": gen_idle,
+               "async/generator_idle_frac": gen_idle / wall,
                "async/trainer_wait_s": self._trainer_wait_s,
                "async/trainer_idle_frac": self._trainer_wait_s / wall,
                "async/in_flight": float(self._clock.in_flight),

@@ -1,0 +1,153 @@
+"""The PipelineRL rollout source against the loop's calls: with max_lag 0 it serves exactly what
+PPO-offpolicy-1 serves (same prompts, seeds, versions), the lag bound holds as the loop drives it,
+and its state survives torch.save (the checkpoint path) with the trainer's own sampler.
+
+`SeededGenerator` is a stand-in for lag/ordering logic only: each token is a hash of (seed,
+sample, group, position) and carries the version loaded when it was "sampled".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import time
+
+import pytest
+import torch
+
+from scalerl.envs.base import Sample, Score
+from scalerl.rollout.types import Budget, Rollout
+from scalerl.trainer.pipeline_source import PipelineSource
+from scalerl.trainer.sampler import TaskSampler
+from scalerl.trainer.sources import PPOOffPolicy, SourceSettings
+
+
+class SeededGenerator:
+    def __init__(self, tokens: int = 3, token_s: float = 0.001):
+        self.version, self.tokens, self.token_s = 0, tokens, token_s
+        self.model_path = "/nonexistent"
+        self.updates: list[int] = []
+
+    def update_weights(self, named_tensors, version, *, timeout_s=60.0):
+        list(named_tensors)
+        self.updates.append(version)
+        self.version = version
+
+    def generate(self, samples, *, n, budget, temperature, seed, scorer=None):
+        out = []
+        for s in samples:
+            for g in range(n):
+                toks, vers = [], []
+                for i in range(self.tokens):
+                    time.sleep(self.token_s)
+                    h = hashlib.blake2b(f"{seed}|{s.id}|{g}|{i}".encode(), digest_size=2)
+                    toks.append(int.from_bytes(h.digest(), "little") % 100)
+                    vers.append(self.version)
+                out.append(Rollout(sample_id=s.id, task=s.task, prompt_token_ids=(1,),
+                                   token_ids=tuple(toks), logprobs=(-1.0,) * self.tokens,
+                                   versions=tuple(vers), finish_reason="stop",
+                                   thinking_tokens=0, answer_tokens=self.tokens,
+                                   completion="", score=Score(status="wrong", reward=-1.0),
+                                   group=g))
+        return out
+
+
+def settings(**kw) -> SourceSettings:
+    base = dict(budgets={"arith": Budget(answer=8), "code": Budget(answer=4)},
+                prompts_per_step=3, rollouts_per_prompt=2, temperature=1.0, seed=5, k=1)
+    return SourceSettings(**(base | kw))
+
+
+def sampler() -> TaskSampler:
+    rows = {t: [Sample(id=f"{t}{i}", task=t, prompt=f"{t} {i}") for i in range(7)]
+            for t in ("arith", "code")}
+    return TaskSampler(rows, {"arith": 2.0, "code": 1.0}, seed=3)
+
+
+WEIGHTS = lambda: [("w", torch.zeros(2))]  # noqa: E731
+
+
+def drive(source, steps: int, start: int = 0, step_s: float = 0.0) -> list[list]:
+    """What `trainer/offpolicy.py` does per step, minus the maths."""
+    served = []
+    for step in range(start, start + steps):
+        groups, _ = source.next_groups(step)
+        served.append(groups)
+        time.sleep(step_s)
+        source.on_step(step + 1, WEIGHTS)
+    return served
+
+
+def key(groups) -> list:
+    return [[(r.sample_id, r.group, r.token_ids, r.versions) for r in g] for g in groups]
+
+
+def test_max_lag_zero_serves_what_ppo_offpolicy_1_serves():
+    ppo_gen, pipe_gen = SeededGenerator(), SeededGenerator()
+    ppo = drive(PPOOffPolicy(ppo_gen, sampler(), settings()), steps=4)
+    source = PipelineSource(pipe_gen, sampler(), settings(), max_lag=0)
+    try:
+        pipe = drive(source, steps=4)
+    finally:
+        source.close()
+    assert [key(g) for g in pipe] == [key(g) for g in ppo]
+    assert pipe_gen.updates == [1, 2, 3, 4]
+
+
+def test_lag_bound_holds_as_the_loop_drives_the_source():
+    gen = SeededGenerator()
+    source = PipelineSource(gen, sampler(), settings(), max_lag=2)
+    try:
+        lags = []
+        for step in range(8):
+            groups, metrics = source.next_groups(step)
+            lags.append(metrics["async/lag_max"])
+            assert all(step - min(r.versions) <= 2 for g in groups for r in g)
+            time.sleep(0.03)  # a slow trainer: the generator runs ahead to the bound
+            source.on_step(step + 1, WEIGHTS)
+        idle = source.idle()
+    finally:
+        source.close()
+    assert max(lags) == 2.0
+    assert idle["pipeline_wall_s"] > idle["generator_idle_s"] > 0
+
+
+def test_state_survives_torch_save_without_repeating_or_skipping():
+    gen = SeededGenerator(token_s=0.004)
+    first = PipelineSource(gen, sampler(), settings(), max_lag=2)
+    try:
+        before = drive(first, steps=3, step_s=0.01)
+        buf = io.BytesIO()
+        torch.save(first.state_dict(), buf)
+    finally:
+        first.close()
+    buf.seek(0)
+    state = torch.load(buf, weights_only=False)
+
+    gen2 = SeededGenerator()
+    second = PipelineSource(gen2, sampler(), settings(), max_lag=2)
+    second.load_state_dict(state)
+    second.on_step(3, WEIGHTS)  # what the loop's restore() does: tag the restored version
+    try:
+        after = drive(second, steps=3, start=3)
+    finally:
+        second.close()
+    uninterrupted_gen = SeededGenerator()
+    ref = PipelineSource(uninterrupted_gen, sampler(), settings(), max_lag=0)
+    try:
+        expected = drive(ref, steps=6)
+    finally:
+        ref.close()
+    ids = [[r.sample_id for g in step for r in g[:1]] for step in before + after]
+    assert ids == [[r.sample_id for g in step for r in g[:1]] for step in expected]
+
+
+def test_k_other_than_one_is_refused_with_the_knob_to_use():
+    with pytest.raises(ValueError, match="offpolicy.k = 8: .*offpolicy.max_lag"):
+        PipelineSource(SeededGenerator(), sampler(), settings(k=8), max_lag=8)
+
+
+def test_resuming_from_another_mode_is_refused():
+    source = PipelineSource(SeededGenerator(), sampler(), settings(), max_lag=1)
+    with pytest.raises(ValueError, match="not PipelineRL's"):
+        source.load_state_dict({"round": 3, "pending": [], "sampler": None})

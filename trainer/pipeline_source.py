@@ -1,0 +1,92 @@
+"""The PipelineRL-k rollout source (`offpolicy.mode: pipelinerl`) for the trainer's loop.
+
+Wraps `rollout.pipeline.PipelineRL` behind the loop's `RolloutSource` calls: `next_groups` takes
+the next ordered, lag-bounded batch (waiting only when the trainer is `max_lag` versions ahead),
+`on_step` publishes the new weights into the running generator at once (in flight). The pipeline
+starts on the first `next_groups`, after any `load_state_dict`. No optimisation or logging here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scalerl.rollout.pipeline import PipelineRL
+from scalerl.trainer.filters import Group
+from scalerl.trainer.publish import InProcessPublisher, Publisher, checkpoint_weights
+from scalerl.trainer.sources import SourceSettings, Weights
+
+
+def ppo_round_seed(seed: int, batch_index: int) -> int:
+    """The seed `PPOOffPolicy` passes for round `batch_index` (k = 1): with max_lag 0 the two
+    sources then generate the very same rollouts."""
+    return seed * 1_000_003 + batch_index
+
+
+class PipelineSource:
+    """RolloutSource for PipelineRL-k: streaming generation, in-flight updates, bounded lag."""
+
+    def __init__(self, generator: Any, sampler: Any, s: SourceSettings, *,
+                 max_lag: int | None = None, publisher: Publisher | None = None,
+                 take_timeout_s: float = 3600.0, publish_timeout_s: float = 300.0):
+        if max_lag is None:
+            max_lag = getattr(s, "max_lag", None)
+        if max_lag is None:
+            raise ValueError("PipelineSource needs max_lag (SourceSettings.max_lag or the "
+                             "max_lag argument)")
+        if s.k != 1:
+            raise ValueError(f"offpolicy.k = {s.k}: PipelineRL takes one optimizer step per "
+                             "batch; its staleness knob is offpolicy.max_lag (set k to 1)")
+        b = s.prompts_per_step
+        self.generator, self.settings, self.take_timeout_s = generator, s, take_timeout_s
+        self.pipeline = PipelineRL(
+            generator, sampler, n=s.rollouts_per_prompt, groups_per_batch=b, max_lag=max_lag,
+            budget=dict(s.budgets), temperature=s.temperature, seed=s.seed,
+            seed_fn=lambda seq: ppo_round_seed(s.seed, seq // b))
+        self.publisher = publisher or InProcessPublisher(
+            generator, timeout_s=publish_timeout_s, initial_version=generator.version,
+            initial_weights=lambda: checkpoint_weights(generator.model_path))
+        self._started = False
+        self._sync: dict[str, float] = {}
+        self.sync_s = 0.0
+
+    def next_groups(self, trainer_version: int) -> tuple[list[Group], dict[str, float]]:
+        if not self._started:
+            self.pipeline.start()
+            self._started = True
+        batch = self.pipeline.take_batch(trainer_version, self.take_timeout_s)
+        metrics = self.pipeline.metrics(batch) | self._sync
+        self._sync = {}
+        tokens = sum(len(r.token_ids) for r in batch.rollouts)
+        metrics["rollout/round_tokens"] = float(tokens)
+        return [list(g.rollouts) for g in batch.groups], metrics
+
+    def on_step(self, version: int, weights: Weights) -> dict[str, float]:
+        """Publish policy `version` into the generator now (mid-generation)."""
+        if version == self.generator.version:
+            return {}
+        stats = self.publisher.publish(weights(), version)
+        self.sync_s += stats.send_s
+        self._sync = {"rollout/sync_s": stats.send_s, "rollout/stage_s": stats.stage_s}
+        return dict(self._sync)
+
+    def ensure_synced(self) -> dict[str, float]:
+        return {}  # on_step already published; the generator holds the latest weights
+
+    def idle(self) -> dict[str, float]:
+        m = self.pipeline.metrics() if self._started else {}
+        gen_idle, wall = m.get("async/generator_idle_s", 0.0), m.get("async/wall_s", 0.0)
+        return {"gen_s": wall - gen_idle, "sync_s": self.sync_s, "generator_idle_s": gen_idle,
+                "trainer_wait_s": m.get("async/trainer_wait_s", 0.0), "pipeline_wall_s": wall}
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.pipeline.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "buffer" not in state:
+            raise ValueError("checkpoint source state is not PipelineRL's (no 'buffer'); it was "
+                             "written in another offpolicy.mode: resume with that mode")
+        self.pipeline.load_state_dict(state)
+
+    def close(self) -> None:
+        if self._started:
+            self.pipeline.stop()
