@@ -272,10 +272,14 @@ class Candidate:
         prefix = (self.nonce + " ").encode()
         if not line.startswith(prefix):
             raise RuntimeError("candidate process gave no answer (exited or garbled)")
-        answer = json.loads(line[_len(prefix):])
+        answer = json.loads(line[_len(prefix):], parse_constant=_reject_constant)
         if answer.get("ok") is not True:
             raise RuntimeError("candidate call failed: " + _str(answer.get("error")))
         return decode(answer["value"])
+
+
+def _reject_constant(name):
+    raise _ValueError(name + " is not strict JSON")
 
 
 def decode(x):

@@ -264,3 +264,20 @@ def test_a_program_printing_1_3_mb_passes(backend):
         s = score_code(f"```python\n{code}\n```", tests, backend=backend)
     assert s.status == "correct", s
     assert len(tests["outputs"][0]) == 1_300_000
+
+
+def test_forged_nan_cannot_slip_through_comparisons_in_check_mode(backend):
+    """NaN makes `not (v < 5)` and `not (v > 5)` both true: the check process must refuse it."""
+    tests = {"type": "assert", "entry_point": "f",
+             "test": "def check(candidate):\n    for x in [1]:\n"
+                     "        assert not (candidate(x) < 5)\n"
+                     "        assert not (candidate(x) > 5)\n"}
+    forge = ("import gc, os\ndef f(x):\n    for o in gc.get_objects():\n"
+             "        if type(o).__name__ == 'Channel':\n"
+             "            line = o.nonce + ' {\"ok\": true, \"value\": NaN}\\n'\n"
+             "            os.write(o.fd, line.encode())\n"
+             "    return 0\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s = score_code(f"```python\n{forge}```", tests, backend=backend)
+    assert s.status == "wrong" and "NaN is not strict JSON" in s.detail, s
