@@ -27,7 +27,7 @@ from scalerl.trainer.config import TrainerConfig
 from scalerl.trainer.filters import Group, PromptRetirement
 from scalerl.trainer.losses import loss_kwargs
 from scalerl.trainer.metrics import ComputeClock, MetricsWriter, rollout_metrics, truncate_jsonl
-from scalerl.trainer.policy import named_weights
+from scalerl.trainer.policy import PolicyModule, hf_model, named_weights
 from scalerl.trainer.sampler import TaskSampler
 from scalerl.trainer.sources import SourceSettings, make_source
 from scalerl.trainer.step import StepSettings, train_step
@@ -100,7 +100,8 @@ def due(step: int, every: int) -> bool:
 
 
 def unwrap(run: Run):
-    return run.accelerator.unwrap_model(run.model)
+    """The Hugging Face model being trained (outside DDP/FSDP and the PolicyModule)."""
+    return hf_model(run.accelerator.unwrap_model(run.model))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,7 +116,7 @@ def setup(cfg: TrainerConfig, model, tokenizer, generator, tasks: Mapping[str, T
     warmup = o.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup > 0 else 1.0)
-    model, optimizer = accelerator.prepare(model, optimizer)
+    model, optimizer = accelerator.prepare(PolicyModule(model), optimizer)
     f = cfg.filters
     retirement = PromptRetirement(f.retire_threshold, f.retire_history, enabled=f.retire)
     source = None

@@ -84,9 +84,33 @@ def token_stats(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, pro
     return TokenStats(logprobs=logprobs, entropy=entropy.detach())
 
 
+class PolicyModule(nn.Module):
+    """Wraps a causal LM so that one `forward` returns completion logprobs and entropies.
+
+    DDP/FSDP hook into `forward`, so the trainer wraps this module (not the bare LM) with
+    Accelerate; `.model` is the Hugging Face model (saving, weight sync).
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, prompt_lens: Tensor,
+                completion_lens: Tensor, temperature: float = 1.0,
+                fp32_head: bool = True) -> tuple[Tensor, Tensor]:
+        stats = token_stats(self.model, input_ids, attention_mask, prompt_lens, completion_lens,
+                            temperature=temperature, fp32_head=fp32_head)
+        return stats.logprobs, stats.entropy
+
+
+def hf_model(module: nn.Module) -> nn.Module:
+    """The Hugging Face model inside a (possibly unwrapped) PolicyModule."""
+    return module.model if isinstance(module, PolicyModule) else module
+
+
 def named_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
     """(name, tensor) pairs in Hugging Face naming, detached, for a generator weight update."""
-    for name, tensor in model.state_dict().items():
+    for name, tensor in hf_model(model).state_dict().items():
         yield name, tensor.detach()
 
 

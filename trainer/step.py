@@ -16,7 +16,6 @@ import torch
 
 from scalerl.trainer.batch import TrainBatch
 from scalerl.trainer.losses import aggregate, get_loss
-from scalerl.trainer.policy import token_stats
 
 Tensor = torch.Tensor
 SUM_KEYS = ("loss", "tokens", "entropy", "mismatch_kl", "clip_frac", "cispo_trunc_frac",
@@ -46,19 +45,19 @@ def shard_rows(n_rows: int, rank: int, world: int, micro_batch_size: int) -> lis
 
 def _micro_loss(model, mb: TrainBatch, s: StepSettings) -> tuple[Tensor, dict[str, Tensor]]:
     """Weighted loss of one micro-batch and its per-token statistic sums."""
-    stats = token_stats(model, mb.input_ids, mb.attention_mask, mb.prompt_lens,
-                        mb.completion_lens, temperature=s.temperature, fp32_head=s.fp32_head)
+    logprobs, entropy = model(mb.input_ids, mb.attention_mask, mb.prompt_lens,
+                              mb.completion_lens, s.temperature, s.fp32_head)
     spec = get_loss(s.loss)
-    per_token, loss_stats = spec.fn(stats.logprobs, mb.old_logprobs, mb.advantages, mb.mask,
+    per_token, loss_stats = spec.fn(logprobs, mb.old_logprobs, mb.advantages, mb.mask,
                                     **s.loss_kwargs)
     loss = aggregate(per_token, mb.weights)
     m = mb.mask
-    log_ratio = (stats.logprobs.detach() - mb.old_logprobs) * m
+    log_ratio = (logprobs.detach() - mb.old_logprobs) * m
     ratio = torch.exp(log_ratio)
     sums = {
         "loss": loss.detach(),
         "tokens": m.sum(),
-        "entropy": (stats.entropy * m).sum(),
+        "entropy": (entropy * m).sum(),
         "mismatch_kl": ((ratio - 1 - log_ratio) * m).sum(),  # k3 estimator of KL(gen || train)
         "clip_frac": (loss_stats.get("clip_frac", torch.zeros_like(m)) * m).sum(),
         "cispo_trunc_frac": (loss_stats.get("cispo_trunc_frac", torch.zeros_like(m)) * m).sum(),
@@ -78,7 +77,10 @@ def _empty_like(batch: TrainBatch) -> TrainBatch:
 
 def train_step(accelerator, model, optimizer, scheduler, batch: TrainBatch,
                s: StepSettings) -> dict[str, float]:
-    """Backward over this rank's micro-batches, clip, optimizer and scheduler step."""
+    """Backward over this rank's micro-batches, clip, optimizer and scheduler step.
+
+    `model` is a `PolicyModule` (possibly wrapped by Accelerate for DDP/FSDP).
+    """
     chunks = shard_rows(len(batch), accelerator.process_index, accelerator.num_processes,
                         s.micro_batch_size)
     totals: dict[str, Tensor] = {}

@@ -145,7 +145,8 @@ def _train(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | None):
     model = load_policy(model_path, policy_dtype(cfg.policy.dtype))
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     tasks = {t.name: TrainTask(get_task(t.name), t.budget(), t.weight) for t in cfg.tasks}
-    generator = Generator(model_path, config=cfg.engine) if accelerator.is_main_process else None
+    generator = (Generator(model_path, config=engine_config(cfg))
+                 if accelerator.is_main_process else None)
     try:
         run = train(cfg, model=model, tokenizer=tokenizer, generator=generator, tasks=tasks,
                     run_dir=run_dir, accelerator=accelerator, resume_from=ckpt)
@@ -153,6 +154,17 @@ def _train(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | None):
         if generator is not None:
             generator.close()
     return run if accelerator.is_main_process else None
+
+
+def engine_config(cfg: RunConfig):
+    """The engine config, with a whole kv_cache_gib passed as an int (VLLM_CPU_KVCACHE_SPACE
+    rejects "1.0")."""
+    import dataclasses
+
+    gib = cfg.engine.kv_cache_gib
+    if float(gib).is_integer():
+        return dataclasses.replace(cfg.engine, kv_cache_gib=int(gib))
+    return cfg.engine
 
 
 def _report(run, run_dir: Path, wall_s: float, peak_mb: float) -> None:

@@ -9,6 +9,7 @@ from conftest import fake_groups, tiny_qwen2
 
 from scalerl.trainer.batch import collate
 from scalerl.trainer.losses import loss_kwargs
+from scalerl.trainer.policy import PolicyModule
 from scalerl.trainer.step import StepSettings, _micro_loss, shard_rows, train_step
 
 
@@ -27,7 +28,7 @@ def test_zero_advantage_gives_zero_gradient_on_every_parameter(loss):
     model = tiny_qwen2()
     batch = batch_of(fake_groups())
     batch = dataclasses.replace(batch, advantages=torch.zeros_like(batch.advantages))
-    out, _ = _micro_loss(model, batch, settings(loss))
+    out, _ = _micro_loss(PolicyModule(model), batch, settings(loss))
     out.backward()
     for name, p in model.named_parameters():
         assert p.grad is None or torch.count_nonzero(p.grad) == 0, name
@@ -45,7 +46,7 @@ def test_gradient_accumulation_equals_one_big_batch(aggregation):
     batch = batch_of(fake_groups(n_prompts=3, n=4), aggregation)
     weights = {}
     for micro in (12, 5, 1):
-        model = tiny_qwen2(seed=1)
+        model = PolicyModule(tiny_qwen2(seed=1))
         opt = torch.optim.SGD(model.parameters(), lr=1.0)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
         accelerator = Accelerator(cpu=True)
@@ -59,6 +60,7 @@ def test_gradient_accumulation_equals_one_big_batch(aggregation):
 
 
 def test_step_reports_token_statistics(model):
+    model = PolicyModule(model)
     accelerator = Accelerator(cpu=True)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)

@@ -1,0 +1,33 @@
+"""Two gloo processes (torchrun) take the same optimizer step as one process on the same batch.
+
+design.md: `accelerate launch --cpu --num_processes 2` started only one process on these
+machines, so the ranks are started with torchrun and `Accelerator(cpu=True)`.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+WORKER = Path(__file__).parent / "ddp_worker.py"
+
+
+def run_ranks(nproc: int, out: Path, micro: int) -> dict:
+    torchrun = Path(sys.executable).parent / "torchrun"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [str(torchrun), "--nproc_per_node", str(nproc), "--master_port", str(29500 + nproc),
+           str(WORKER), str(out), str(micro)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return torch.load(out)
+
+
+def test_two_processes_match_one_process_on_the_same_global_batch(tmp_path):
+    one = run_ranks(1, tmp_path / "one.pt", micro=12)
+    two = run_ranks(2, tmp_path / "two.pt", micro=2)  # 6 rows per rank in 3 micro-batches
+    assert (one["world"], two["world"]) == (1, 2)
+    assert not torch.equal(one["weights"], torch.zeros_like(one["weights"]))
+    torch.testing.assert_close(two["weights"], one["weights"])
+    torch.testing.assert_close(torch.tensor(two["loss"]), torch.tensor(one["loss"]))
