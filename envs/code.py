@@ -1,12 +1,10 @@
-"""The code verifier: extract the program, run it with its tests in ONE sandbox run, compare here.
-
-Test formats (JSON): `stdio` (inputs/outputs, per-line whitespace-tokenised comparison), `call`
-(fn_name, inputs, outputs) and `assert` (HumanEval `check`, turned into call tests by
-envs/code_asserts.py where it can be, else run by the two-process `check` mode of
-envs/code_harness.py). Expected values never enter the sandbox: the harness reports what the program
-produced, as strict tagged JSON framed by a per-run nonce, and this module compares. A test passes
-only on a well-formed, unique result that equals the expected value; no exit code alone, no
-"no exception". Covered and not covered: see `score_code`.
+"""The code verifier: extract the program, run it with ALL its tests in one sandbox run, compare
+here. Formats: `stdio`, `call`, `assert` (HumanEval; literal asserts become call tests, the rest
+run in the two-process `check` mode of envs/code_harness.py). Expected values never enter the
+sandbox, except a non-literal `check` source, which stays in a trusted non-dumpable process.
+Covered: exit-code tricks, BaseExceptions, always-equal objects, builtin subclasses, NaN, patched
+builtins, frame walks, forged or repeated result lines, planted modules. Not covered: programs
+that special-case the test inputs, and wall-clock deadlines that a loaded machine can trip.
 """
 
 from __future__ import annotations
@@ -163,12 +161,11 @@ def score_code(
 ) -> Score:
     """Verdict on one completion against its tests, from one sandbox run. Never raises.
 
-    Covered: the candidate never sees expected values (they stay here); its results come back
-    as strict JSON of plain types, so always-equal objects, builtin subclasses, NaN and patched
-    builtins cannot pass; exit codes, `sys.exit(0)`, `os._exit(0)` and BaseExceptions leave no
-    result and fail; several or forged result lines for one test fail; non-literal HumanEval
-    checks run in a separate trusted process from the candidate. Not covered: a program that
-    really computes the answers by other means than intended (e.g. special-casing the inputs).
+    `correct` only when every test has exactly one well-formed result equal to the expected one;
+    `timeout` when the only failures are deadlines (per test, or the whole run); `no_answer`
+    without code; `error` for malformed tests or a sandbox failure; `wrong` otherwise. The detail
+    names the first failing test and why. `limits` overrides the whole run's limits (default:
+    `default_limits`); `test_timeout_s` is each test's deadline.
     """
     start = time.monotonic()
     code = extract_code(completion, requires_thinking)

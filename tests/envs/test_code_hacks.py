@@ -281,3 +281,44 @@ def test_forged_nan_cannot_slip_through_comparisons_in_check_mode(backend):
         warnings.simplefilter("ignore")
         s = score_code(f"```python\n{forge}```", tests, backend=backend)
     assert s.status == "wrong" and "NaN is not strict JSON" in s.detail, s
+
+
+def test_check_mode_keeps_the_test_source_out_of_the_candidates_reach(backend):
+    """The candidate searches its memory, its files and its parent's /proc entries for the
+    expected value; the assertion message reports what it found."""
+    if backend == "process":
+        pytest.skip("the process backend is not a security boundary (same uid, no namespaces)")
+    tests = {"type": "assert", "entry_point": "f",
+             "test": "def check(candidate):\n    for x in [3]:\n        got = candidate(x)\n"
+                     "        assert got == 91735827, got\n"}
+    probe = '''
+import gc, os, sys
+def _look(blob, where, found):
+    if str(int("91735826") + 1).encode() in blob:  # computed, or it would find itself
+        found.append(where)
+def f(x):
+    found = []
+    for o in gc.get_objects():
+        if type(o) in (str, bytes, dict, list, tuple):
+            _look(repr(o).encode(), "memory", found)
+    frame = sys._getframe()
+    while frame is not None:
+        _look(repr(frame.f_locals).encode() + repr(frame.f_globals).encode(), "frames", found)
+        frame = frame.f_back
+    for root in (".", "/tmp"):
+        for name in os.listdir(root):
+            try:
+                with open(os.path.join(root, name), "rb") as fh:
+                    _look(fh.read(), name, found)
+            except OSError:
+                pass
+    for path in ("cmdline", "environ", "mem", "fd/0", "fd/1"):
+        try:
+            with open(f"/proc/{os.getppid()}/{path}", "rb") as fh:
+                _look(fh.read(1 << 20), "parent " + path, found)
+        except OSError:
+            pass
+    return "found in " + ", ".join(found) if found else "nothing found"
+'''
+    s = score_code(f"```python\n{probe}```", tests, backend=backend)
+    assert s.status == "wrong" and "AssertionError: nothing found" in s.detail, s
