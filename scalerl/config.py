@@ -302,7 +302,10 @@ def validate(cfg: RunConfig, *, check_tasks: bool = True) -> RunConfig:
 
     if cfg.offpolicy.mode not in SOURCES:
         errors.append(f"offpolicy.mode = {cfg.offpolicy.mode!r}: allowed here: "
-                      f"{', '.join(sorted(SOURCES))} (pipelinerl arrives with issue 7)")
+                      f"{', '.join(sorted(SOURCES))}")
+    if cfg.offpolicy.mode == "pipelinerl" and cfg.offpolicy.k != 1:
+        errors.append(f"offpolicy.k = {cfg.offpolicy.k}: must be 1 with mode pipelinerl (its "
+                      "staleness knob is offpolicy.max_lag)")
     if check_tasks:
         errors += _task_errors(cfg)
     if errors:

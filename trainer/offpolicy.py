@@ -145,7 +145,8 @@ def source_settings(cfg: TrainerConfig, tasks: Mapping[str, TrainTask]) -> Sourc
     return SourceSettings(budgets={n: t.budget for n, t in tasks.items()},
                           prompts_per_step=o.prompts_per_step,
                           rollouts_per_prompt=o.rollouts_per_prompt,
-                          temperature=cfg.policy.temperature, seed=cfg.seed, k=o.k)
+                          temperature=cfg.policy.temperature, seed=cfg.seed, k=o.k,
+                          max_lag=o.max_lag)
 
 
 def restore(run: Run, path: Path) -> None:

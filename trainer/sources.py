@@ -58,6 +58,8 @@ class SourceSettings:
     seed: int
     k: int = 1
     """PPO-offpolicy-k: minibatches generated per round (one policy), one step each."""
+    max_lag: int = 8
+    """PipelineRL-k: most versions a trained rollout may lag behind the trainer."""
 
 
 class PPOOffPolicy:
@@ -154,7 +156,13 @@ def generate_groups(generator, samples: list[Sample], budgets: Mapping[str, Budg
     return groups  # type: ignore[return-value]
 
 
-SOURCES: dict[str, Callable[..., RolloutSource]] = {"ppo": PPOOffPolicy}
+def _pipelinerl(generator, sampler, settings: SourceSettings) -> RolloutSource:
+    from scalerl.trainer.pipeline_source import PipelineSource  # issue 7; imports this module
+
+    return PipelineSource(generator, sampler, settings)
+
+
+SOURCES: dict[str, Callable[..., RolloutSource]] = {"ppo": PPOOffPolicy, "pipelinerl": _pipelinerl}
 """offpolicy.mode -> source factory(generator, sampler, SourceSettings)."""
 
 

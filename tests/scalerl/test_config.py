@@ -82,13 +82,14 @@ def test_validate_reports_every_bad_value_one_line_each():
     ]
 
 
-def test_pipelinerl_mode_is_refused_until_its_source_is_registered():
-    from scalerl.trainer.sources import SOURCES
+def test_unknown_offpolicy_mode_is_refused_naming_the_sources():
+    with pytest.raises(ConfigError, match="allowed: ppo, pipelinerl"):
+        load_config("tiny-cpu", ["offpolicy.mode=async"])
 
-    cfg = load_config("magistral")
-    if "pipelinerl" in SOURCES:
-        pytest.skip("issue 7's pipelinerl source is registered: nothing to refuse")
-    with pytest.raises(ConfigError, match="offpolicy.mode = 'pipelinerl': allowed here: ppo"):
+
+def test_pipelinerl_needs_k_1():
+    cfg = load_config("magistral", ["offpolicy.k=8"])
+    with pytest.raises(ConfigError, match="offpolicy.k = 8: must be 1 with mode pipelinerl"):
         validate(cfg, check_tasks=False)
 
 
