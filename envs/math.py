@@ -142,10 +142,15 @@ def _status_of(outcome: Outcome) -> tuple[str, str]:
 
 def _run_checks(pool: Pool | None, jobs: list[tuple], timeout_s: float) -> list[Outcome]:
     try:
-        return (pool or get_pool()).run_many(check_answer, jobs, timeout_s)
+        return (pool or get_pool()).run_many(check_answer, jobs, timeout_s, affinity=_gold_of)
     except Exception as exc:  # noqa: BLE001 - the pool itself failed: every item is an error
         detail = f"verifier pool failed: {type(exc).__name__}: {truncate(str(exc))}"
         return [Outcome("error", detail=detail) for _ in jobs]
+
+
+def _gold_of(job: tuple[str, str, bool]) -> str:
+    """Affinity key: rows with the same gold go to the worker that has it parsed already."""
+    return job[1]
 
 
 # --- the shared default pool -------------------------------------------------------------------

@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any, Literal
@@ -219,12 +219,19 @@ class Pool:
     def run(self, fn: Callable, args: tuple, timeout_s: float) -> Outcome:
         return self.run_many(fn, [args], timeout_s)[0]
 
-    def run_many(self, fn: Callable, arg_list: Sequence[tuple], timeout_s: float) -> list[Outcome]:
+    def run_many(
+        self, fn: Callable, arg_list: Sequence[tuple], timeout_s: float,
+        affinity: Callable[[tuple], Hashable] | None = None,
+    ) -> list[Outcome]:
         """Run `fn(*args)` for each args, concurrently; outcomes in input order. Never raises
-        for a failing call (only for a pool that cannot start workers at all)."""
+        for a failing call (only for a pool that cannot start workers at all).
+
+        `affinity(args)` names what a call could reuse from an earlier call in the same worker
+        (e.g. a parsed gold answer): calls with the same key go to the same worker when that
+        costs no parallelism."""
         if not arg_list:
             return []
-        run = _Run(self, fn, arg_list, timeout_s)
+        run = _Run(self, fn, arg_list, timeout_s, affinity)
         held = self._checkout(min(len(arg_list), self.size), block=True)
         try:
             run.loop(held)
@@ -258,10 +265,12 @@ class Pool:
 class _Run:
     """The scheduling state of one `run_many` call, driven from the caller's thread."""
 
-    def __init__(self, pool: Pool, fn: Callable, arg_list: Sequence[tuple], timeout_s: float):
+    def __init__(self, pool: Pool, fn: Callable, arg_list: Sequence[tuple], timeout_s: float,
+                 affinity: Callable[[tuple], Hashable] | None):
         self.pool, self.fn, self.arg_list, self.timeout_s = pool, fn, arg_list, timeout_s
         self.results: list[Outcome | None] = [None] * len(arg_list)
-        self.pending = collections.deque(range(len(arg_list)))
+        keys = [affinity(a) for a in arg_list] if affinity else [None] * len(arg_list)
+        self.pending = _Pending(keys)
         self.busy: dict[Any, tuple[_Worker, int, float]] = {}
         self.held: list[_Worker] = []
 
@@ -281,12 +290,13 @@ class _Run:
         if self.pending and not self.held:
             self.held = self.pool._checkout(len(self.pending), block=not self.busy)
         while self.pending and self.held:
-            worker, i = self.held.pop(), self.pending.popleft()
+            worker = self.held.pop()
+            i = self.pending.take(worker)
             try:
                 worker.conn.send((self.fn, self.arg_list[i]))
             except (OSError, ValueError):  # died while idle: retry the item on another worker
-                self.pool._discard(worker)
-                self.pending.appendleft(i)
+                self._drop(worker)
+                self.pending.put_back(i)
                 continue
             self.busy[worker.conn] = (worker, i, time.monotonic())
 
@@ -296,7 +306,7 @@ class _Run:
             status, value = conn.recv()
         except (EOFError, OSError):
             reason = worker.exit_reason()
-            self.pool._discard(worker)
+            self._drop(worker)
             self.results[i] = Outcome(
                 "error", detail=f"verifier worker pid {worker.proc.pid} died mid-check "
                 f"({reason}); replaced", latency_s=time.monotonic() - t0)
@@ -313,10 +323,14 @@ class _Run:
         for conn, (worker, i, t0) in list(self.busy.items()):
             if now - t0 >= self.timeout_s:
                 del self.busy[conn]
-                self.pool._discard(worker)
+                self._drop(worker)
                 self.results[i] = Outcome(
                     "timeout", detail=f"deadline of {self.timeout_s:g}s passed; worker pid "
                     f"{worker.proc.pid} killed and replaced", latency_s=now - t0)
+
+    def _drop(self, worker: _Worker) -> None:
+        self.pending.home.pop(worker, None)
+        self.pool._discard(worker)
 
     def abandon(self) -> None:
         """Hand back idle workers; kill any still busy (only on an exception in the caller)."""
@@ -327,6 +341,41 @@ class _Run:
         self.held = []
 
 
+class _Pending:
+    """Calls not yet sent, grouped by affinity key. A worker keeps drawing from the group it is
+    on (so whatever it cached for that key is reused), moves to a group no other worker is on
+    when its own runs out, and shares another's group rather than sit idle."""
+
+    def __init__(self, keys: list[Hashable]) -> None:
+        self.keys = keys
+        self.groups: dict[Hashable, collections.deque[int]] = {}
+        for i, key in enumerate(keys):
+            self.groups.setdefault(key, collections.deque()).append(i)
+        self.count = len(keys)
+        self.home: dict[_Worker, Hashable] = {}
+
+    def __len__(self) -> int:
+        return self.count
+
+    def take(self, worker: _Worker) -> int:
+        key = self.home.get(worker, _NO_KEY)
+        if key not in self.groups:
+            others = {k for w, k in self.home.items() if w is not worker}
+            free = (k for k in self.groups if k not in others)
+            key = self.home[worker] = next(free, next(iter(self.groups)))
+        queue = self.groups[key]
+        i = queue.popleft()
+        if not queue:
+            del self.groups[key]
+        self.count -= 1
+        return i
+
+    def put_back(self, i: int) -> None:
+        self.groups.setdefault(self.keys[i], collections.deque()).appendleft(i)
+        self.count += 1
+
+
+_NO_KEY = object()
 _POOLS: weakref.WeakSet[Pool] = weakref.WeakSet()
 
 

@@ -62,6 +62,22 @@ def test_other_calls_finish_while_one_worker_is_stuck(pool):
     assert elapsed < 6
 
 
+def pid_for(key: str) -> int:
+    """Runs in a worker: which process ran the call for `key`."""
+    time.sleep(0.01)
+    return os.getpid()
+
+
+def test_calls_with_the_same_affinity_key_stay_on_one_worker(pool):
+    args = [(f"k{i % 4}",) for i in range(80)]  # 4 keys, interleaved
+    outcomes = pool.run_many(pid_for, args, timeout_s=30, affinity=lambda a: a[0])
+    pairs = {(a[0], o.value) for a, o in zip(args, outcomes, strict=True)}
+    assert {o.status for o in outcomes} == {"ok"}
+    assert len({pid for _, pid in pairs}) == 2  # both workers were used
+    # Each key on one worker, except that at the end one may share the last key rather than idle.
+    assert len(pairs) <= 5
+
+
 def test_concurrent_callers_share_the_pool(pool):
     results: dict[str, list] = {}
 
