@@ -117,7 +117,7 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_config(cfg, run_dir)
     model_path = str(ckpt) if ckpt else resolve_model(cfg)
-    result = _train(cfg, run_dir, model_path, ckpt)
+    result = run_training(cfg, run_dir, model_path, ckpt)
     if result is None:
         return 0
     wall = time.perf_counter() - start
@@ -132,7 +132,8 @@ def _write_config(cfg: RunConfig, run_dir: Path) -> None:
     (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
-def _train(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | None):
+def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | None = None):
+    """Build model, generator and tasks; train; return the Run (None on ranks other than 0)."""
     from transformers import AutoTokenizer
 
     from scalerl.envs.registry import get_task
