@@ -171,10 +171,9 @@ def score_code(
     code = extract_code(completion, requires_thinking)
     if code is None:
         return Score("no_answer", wrong_reward, "no code found in the completion")
+    floats = float_outputs or (isinstance(tests, Mapping) and bool(tests.get("float_outputs")))
     try:
-        plan = plan_tests(tests, timeout_s=test_timeout_s,
-                          float_tol=float_tol if float_outputs or tests.get("float_outputs")
-                          else None)
+        plan = plan_tests(tests, timeout_s=test_timeout_s, float_tol=float_tol if floats else None)
     except TestFormatError as e:
         return Score("error", reward_for("error", correct_reward, wrong_reward), f"tests: {e}")
     nonce = secrets.token_hex(16)
@@ -203,6 +202,8 @@ def _score_sample(sample: Any, completion: str, options: Mapping[str, Any]) -> S
     if sample.tests is None:
         return Score("error", options.get("wrong_reward", -1.0),
                      f"sample {sample.id!r} has no tests")
+    if isinstance(options.get("limits"), Mapping):  # from a YAML/JSON task spec
+        options = {**options, "limits": Limits(**options["limits"])}
     return score_code(completion, sample.tests, **options)
 
 

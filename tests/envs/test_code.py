@@ -240,6 +240,18 @@ def test_no_code_is_no_answer_and_bad_tests_are_error(bwrap):
     assert s.status == "error" and s.detail.startswith("tests: ")
 
 
+def test_tests_that_are_not_an_object_are_error():
+    s = score_code(fenced("x=1"), [1, 2], requires_thinking=True)
+    assert s.status == "error" and "tests must be a JSON object, got list" in s.detail
+
+
+def test_kind_options_from_a_spec_file_may_give_limits_as_a_mapping(bwrap):
+    sample = Sample(id="1", task="t", prompt="p", tests=STDIO)
+    opts = {"backend": bwrap, "limits": {"wall_s": 0.5, "cpu_s": 0.5}}
+    s = get_kind("code").score(sample, fenced("import time\ntime.sleep(3)"), opts)
+    assert s.status == "timeout" and s.latency_s < 2.5, s
+
+
 def test_unknown_backend_is_error_not_wrong():
     s = score_code(fenced("def f(x):\n    return 3*x+2"), CALL, backend="nope")
     assert s.status == "error" and "unknown sandbox backend 'nope'" in s.detail
