@@ -176,3 +176,18 @@ def test_synth_levels_by_prefix_and_unknown_level():
     assert {s.meta["level"] for s in task.samples("test")} == {"linear", "modulo"}
     with pytest.raises(UnknownTaskError, match="unknown synth_code level cubic; levels: linear"):
         SynthCodeTask(levels=("cubic",))
+
+
+def test_a_yaml_spec_makes_a_code_task_with_options(tmp_path, bwrap):
+    from scalerl.envs.spec import read_spec, task_from_entry
+
+    tests = {"inputs": ["2\n", "3\n"], "outputs": ["0.5\n", "0.333333333\n"]}
+    _write_jsonl(tmp_path / "inv.jsonl", [{"problem": "Print 1/n.", "input_output": tests}])
+    (tmp_path / "spec.yaml").write_text(
+        "name: inverse\nkind: code\ndata: inv.jsonl\ntest_fraction: 0\n"
+        "options: {float_outputs: true, test_timeout_s: 2}\n")
+    (entry,) = read_spec(tmp_path / "spec.yaml")
+    task = task_from_entry(entry)
+    (sample,) = task.samples("train")
+    assert task.score(sample, "```python\nprint(round(1 / int(input()), 7))\n```").correct
+    assert task.score(sample, "```python\nprint(round(1 / int(input()), 2))\n```").status == "wrong"
