@@ -177,6 +177,9 @@ class DockerBackend(Backend):
             healthy = False
             try:
                 result, healthy = self._exec(container, msg, limits)
+            except Exception as exc:  # noqa: BLE001 - docker API failure: the sandbox's own error
+                result = ExecResult(status="sandbox_error", backend=self.name,
+                                    detail=f"docker exec failed: {type(exc).__name__}: {exc}")
             finally:
                 self._release(container, limits, healthy)
         return result
@@ -188,8 +191,14 @@ class DockerBackend(Backend):
                                                  "framed", "-"], stdin=True, user=SANDBOX_USER,
                                   workdir="/work", environment=SANDBOX_ENV)["Id"]
         sock = api.exec_start(exec_id, socket=True)
-        out, err, complete = _talk(sock._sock, msg, start + limits.wall_s + HOST_SLACK_S,
-                                   4 * limits.output_bytes + (1 << 20))
+        try:
+            out, err, complete = _talk(sock._sock, msg, start + limits.wall_s + HOST_SLACK_S,
+                                       4 * limits.output_bytes + (1 << 20))
+        finally:  # the SocketIO holds an io-ref: the fd closes only when both are closed
+            with contextlib.suppress(AttributeError, ValueError, OSError):
+                sock._response.close()
+            with contextlib.suppress(ValueError, OSError):
+                sock.close()
         report = None
         if complete:
             with contextlib.suppress(ValueError):

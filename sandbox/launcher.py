@@ -167,11 +167,6 @@ def kill_everyone_else(cfg, pid):
             os.killpg(0, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    try:
-        while os.waitpid(-1, os.WNOHANG)[0] > 0:
-            pass
-    except ChildProcessError:
-        pass
 
 
 def read_collected(cwd, names, cap):

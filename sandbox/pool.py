@@ -35,7 +35,7 @@ class SandboxPool:
     def __init__(self, backend: Backend, max_workers: int | None = None,
                  max_pending: int | None = None) -> None:
         self.backend = backend
-        self.max_workers = max_workers or os.cpu_count() or 1
+        self.max_workers = (os.cpu_count() or 1) if max_workers is None else max_workers
         if self.max_workers < 1:
             raise ValueError(f"max_workers must be >= 1, got {self.max_workers}")
         self._pending = threading.BoundedSemaphore(max_pending or 4 * self.max_workers)

@@ -158,7 +158,11 @@ def host_setup(probe: Probe) -> Iterator[Context]:
 
 
 def survivors(token: str, grace_s: float = 1.0) -> list[int]:
-    """Host pids whose command line carries the run's token, after a short grace."""
+    """Host pids whose command line carries the run's token, after a short grace.
+
+    The launcher's config travels hex-encoded in its argv, so the hex form counts too.
+    """
+    marks = (token.encode(), token.encode().hex().encode())
     deadline = time.monotonic() + grace_s
     while True:
         found = []
@@ -167,7 +171,7 @@ def survivors(token: str, grace_s: float = 1.0) -> list[int]:
                 with contextlib.suppress(OSError):
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
                     stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                    if token.encode() in cmd and stat[0] != "Z":
+                    if any(m in cmd for m in marks) and stat[0] != "Z":
                         found.append(int(pid))
         if not found or time.monotonic() > deadline:
             return found
