@@ -58,7 +58,7 @@ def extract_code(completion: str, requires_thinking: bool = False) -> str | None
 
 @dataclass(frozen=True)
 class TestResult:
-    """One test's verdict: `kind` is pass | wrong | timeout."""
+    """One test's verdict: `kind` is pass | wrong | timeout | error (the test itself is bad)."""
 
     __test__ = False  # not a pytest class
 
@@ -135,12 +135,17 @@ def _missing(res: ExecResult) -> tuple[str, str]:
 
 def verdict(results: list[TestResult], correct_reward: float, wrong_reward: float,
             latency_s: float) -> Score:
-    """`correct` only when every test passed; `timeout` when only deadlines failed; else wrong."""
+    """`correct` only when every test passed; `error` when a test itself is broken; `timeout` when
+    only deadlines failed; else wrong."""
     failed = [r for r in results if not r.passed]
     n = len(results)
     if not failed:
         return Score("correct", correct_reward, f"{n}/{n} tests passed", latency_s)
-    status = "timeout" if all(r.kind == "timeout" for r in failed) else "wrong"
+    if any(r.kind == "error" for r in failed):
+        failed = [r for r in failed if r.kind == "error"]
+        status = "error"
+    else:
+        status = "timeout" if all(r.kind == "timeout" for r in failed) else "wrong"
     first = failed[0]
     detail = f"{n - len(failed)}/{n} tests passed; test {first.index}: {first.detail}"
     return Score(status, wrong_reward, truncate(detail, 500), latency_s)

@@ -311,8 +311,9 @@ def run_check(spec, chan):
         exec(compile(spec.get("prelude", "") + "\n" + spec["test"], "check.py", "exec"), ns)
         ns[spec["fn_name"]] = cand  # the original ran prompt + completion + test in one module
         ns["check"](cand)
-        fields = {"passed": cand.calls > 0, "calls": cand.calls,
-                  "error": "" if cand.calls else "check() never called the candidate"}
+        fields = {"passed": cand.calls > 0, "calls": cand.calls}
+        if not cand.calls:  # the test's fault, not the candidate's: no evidence either way
+            fields.update(kind="bad_test", error="check() never called the candidate")
     except Deadline:
         fields = {"passed": False, "calls": cand.calls, "kind": "timeout",
                   "error": "time limit exceeded"}

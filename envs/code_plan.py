@@ -31,7 +31,7 @@ class Plan:
     spec: dict[str, Any]
     n_tests: int
     judge: Judge
-    """judge(test index, harness record) -> (pass | wrong | timeout, detail)."""
+    """judge(test index, harness record) -> (pass | wrong | timeout | error, detail)."""
 
 
 # --- comparison (the parent side; values are plain, decoded from strict JSON) ------------------
@@ -229,7 +229,7 @@ def _plan_check(test: str, entry: str, prelude: str, timeout_s: float) -> Plan:
     def judge(i: int, rec: Mapping[str, Any]) -> tuple[str, str]:
         if rec.get("passed") is True and isinstance(rec.get("calls"), int) and rec["calls"] > 0:
             return "pass", ""
-        kind = "timeout" if rec.get("kind") == "timeout" else "wrong"
+        kind = {"timeout": "timeout", "bad_test": "error"}.get(str(rec.get("kind")), "wrong")
         return kind, f"check() failed: {truncate(str(rec.get('error')), 200)}"
 
     spec = {"mode": "check", "fn_name": entry, "test": test, "prelude": prelude,

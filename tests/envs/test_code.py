@@ -221,6 +221,13 @@ def test_assert_format_converted_and_fallback(bwrap):
         assert s.status == "wrong", s
 
 
+def test_a_check_that_never_calls_the_candidate_is_an_error(bwrap):
+    tests = {"type": "assert", "entry_point": "add",
+             "test": "def check(candidate):\n    for x in []:\n        assert candidate(x)\n"}
+    s = score_code(fenced("def add(a, b):\n    return a + b"), tests, backend=bwrap)
+    assert s.status == "error" and "check() never called the candidate" in s.detail, s
+
+
 def test_per_test_deadline_gives_timeout_and_keeps_going(bwrap):
     code = "def f(x):\n    while x == 2:\n        pass\n    return 3*x+2"
     s = score_code(fenced(code), CALL, backend=bwrap, test_timeout_s=0.5)
