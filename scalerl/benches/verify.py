@@ -52,25 +52,25 @@ def _fraction(rng: random.Random) -> Problem:
 
 
 def _root(rng: random.Random) -> Problem:
-    a, b = rng.randint(2, 9), rng.choice([2, 3, 5, 6, 7])
+    a, b = rng.randint(2, 30), rng.choice([2, 3, 5, 6, 7, 10, 11, 13])
     return (f"{a}\\sqrt{{{b}}}", [f"{a}\\sqrt{{{b}}}", f"\\sqrt{{{a * a * b}}}"],
             [f"{b}\\sqrt{{{a}}}", f"{a}\\sqrt{{{b + 1}}}"])
 
 
 def _interval(rng: random.Random) -> Problem:
-    a = rng.randint(-9, 0)
-    b = a + rng.randint(1, 9)
+    a = rng.randint(-40, 0)
+    b = a + rng.randint(1, 40)
     return (f"[{a}, {b})", [f"[{a},{b})", f"[{a}, {b})"],
             [f"({a}, {b}]", f"[{a}, \\infty)"])
 
 
 def _roots(rng: random.Random) -> Problem:
-    a, b = rng.randint(-9, -1), rng.randint(1, 9)
+    a, b = rng.randint(-40, -1), rng.randint(1, 40)
     return (f"{a}, {b}", [f"{b}, {a}", f"{a}, {b}"], [f"{-a}, {-b}", f"{a}"])
 
 
 def _expression(rng: random.Random) -> Problem:
-    a = rng.randint(1, 9)
+    a = rng.randint(1, 60)
     return (f"x^2+{2 * a}x+{a * a}", [f"(x+{a})^2", f"x^2 + {2 * a}x + {a * a}"],
             [f"(x-{a})^2", f"x^2+{a * a}"])
 
