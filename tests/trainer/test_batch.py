@@ -1,0 +1,58 @@
+"""Group preparation (truncation, NPR bookkeeping, zero-variance) and collation."""
+
+import dataclasses
+
+import torch
+from conftest import fake_groups
+
+from scalerl.envs.base import Score
+from scalerl.trainer.batch import collate, prepare_groups
+from scalerl.trainer.filters import PromptRetirement
+
+
+def set_status(group, statuses):
+    return [dataclasses.replace(r, score=Score(status=s, reward=1.0 if s == "correct" else -1.0))
+            for r, s in zip(group, statuses, strict=True)]
+
+
+def prepare(groups, retirement=None, **kw):
+    args = dict(truncation="drop", correct_reward=1.0, wrong_reward=-1.0,
+                zero_variance_filter=True, retirement=retirement or PromptRetirement())
+    return prepare_groups(groups, **(args | kw))
+
+
+def test_zero_variance_groups_are_dropped_and_counted():
+    g = fake_groups(n_prompts=3, n=4)
+    g[0] = set_status(g[0], ["wrong"] * 4)
+    g[1] = set_status(g[1], ["correct"] * 4)
+    g[2] = set_status(g[2], ["correct", "wrong", "wrong", "wrong"])
+    kept, report = prepare(g)
+    assert [k[0].sample_id for k in kept] == ["s2"]
+    assert (report.groups_in, report.zero_variance, report.zero_variance_rollouts) == (3, 2, 8)
+    assert report.retired == 1  # s1 passed 4/4 >= 0.9
+
+
+def test_collate_masks_forced_tokens_and_uses_generator_logprobs():
+    groups = fake_groups(n_prompts=1, n=4)
+    batch = collate(groups, normalise="none", aggregation="token", correct_reward=1.0,
+                    wrong_reward=-1.0, pad_id=0)
+    first = groups[0][0]
+    n = len(first.token_ids)
+    expected_mask = [0.0 if lp is None else 1.0 for lp in first.logprobs]
+    assert batch.mask[0, :n].tolist() == expected_mask
+    assert batch.mask[0, n:].sum() == 0
+    sampled = [lp for lp in first.logprobs if lp is not None]
+    got = [v for v, m in zip(batch.old_logprobs[0, :n].tolist(), expected_mask, strict=True) if m]
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(sampled))
+    torch.testing.assert_close(batch.weights.sum(), torch.tensor(1.0))
+
+
+def test_std_scope_all_counts_filtered_rows_as_zero_advantages():
+    groups = [set_status(fake_groups(1, 4)[0], ["correct", "wrong", "wrong", "wrong"])]
+    common = dict(normalise="batch", aggregation="prompt", correct_reward=1.0,
+                  wrong_reward=-1.0, pad_id=0, eps=0.0)
+    kept_only = collate(groups, **common).advantages.squeeze(-1)
+    with_all = collate(groups, zero_rows=4, **common).advantages.squeeze(-1)
+    # centred [1.5, -.5, -.5, -.5]: var 0.75 over 4 rows, 0.375 over 8 rows (4 zeros added)
+    torch.testing.assert_close(kept_only, torch.tensor([1.5, -0.5, -0.5, -0.5]) / 0.75 ** 0.5)
+    torch.testing.assert_close(with_all, torch.tensor([1.5, -0.5, -0.5, -0.5]) / 0.375 ** 0.5)
