@@ -33,6 +33,7 @@ from scalerl.sandbox.runner import (
     encode_cfg,
     execute,
     launcher_cfg,
+    launcher_pyc,
     memfd_with,
     parse_report,
 )
@@ -154,9 +155,12 @@ class BwrapBackend(Backend):
         file_fds = {name: memfd_with(data, "file") for name, data in files.items()}
         stdin_fd = memfd_with(stdin, "stdin")
         procs = cg.procs_files
+        pyc = launcher_pyc()
+        launcher = (["--ro-bind", pyc, "/.launcher.pyc", PYTHON, "-I", "/.launcher.pyc"] if pyc
+                    else [PYTHON, "-I", "-c", LAUNCHER_SOURCE])
         cmd = ["/bin/sh", "-c", JOIN_CGROUP, "sh", str(len(procs)), *procs,
-               *bwrap_argv(limits, file_fds, sum(map(len, files.values()))),
-               PYTHON, "-I", "-c", LAUNCHER_SOURCE, "direct", encode_cfg(cfg)]
+               *bwrap_argv(limits, file_fds, sum(map(len, files.values()))), *launcher,
+               "direct", encode_cfg(cfg)]
         raw = execute(cmd, stdin_fd=stdin_fd, report_w=report_w, report_r=report_r,
                       pass_fds=tuple(file_fds.values()), limits=limits, kill=cg.kill,
                       env=SANDBOX_ENV)

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
+import hashlib
 import json
 import marshal
 import os
 import selectors
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +33,34 @@ SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_AL
 """The whole environment of a sandboxed program: fixed values, nothing copied from the host."""
 GRACE_S = 0.5
 """After the launcher exits, how long pipes may stay open before the run is killed regardless."""
+
+
+@functools.lru_cache(maxsize=1)
+def launcher_pyc() -> str | None:
+    """The launcher compiled once by the sandbox's own interpreter (saves ~5-8 ms per run).
+
+    Kept in a private cache dir (ours, not group/world-writable, readable by the sandbox uid);
+    None (the caller passes the source with -c) when that cannot be made safely.
+    """
+    digest = hashlib.sha256(LAUNCHER_SOURCE.encode()).hexdigest()[:16]
+    cache = Path(tempfile.gettempdir()) / f"scalerl-sandbox-{os.geteuid()}"
+    target = cache / f"launcher-{digest}.pyc"
+    try:
+        cache.mkdir(mode=0o755, exist_ok=True)
+        st = cache.stat()
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return None
+        if not target.exists():
+            tmp = cache / f".{digest}.{os.getpid()}.pyc"
+            subprocess.run([PYTHON, "-I", "-c", "import py_compile, sys; py_compile.compile("
+                            "sys.argv[1], cfile=sys.argv[2], doraise=True)",
+                            str(Path(__file__).with_name("launcher.py")), str(tmp)],
+                           check=True, capture_output=True, timeout=60)
+            tmp.chmod(0o644)
+            tmp.replace(target)
+        return str(target)
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def check_relpath(name: str) -> str:
