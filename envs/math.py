@@ -8,6 +8,7 @@ float tolerance can call 1/2^98 equal to 1/2^99. It never raises: failures are `
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import os
@@ -177,6 +178,7 @@ def warm_up() -> None:
         for answer, gold in _WARM_UP_PAIRS:
             check_answer(answer, gold, False)
         parse_gold.cache_clear()
+        _VERDICTS.clear()
         _warm = True
 
 
@@ -234,8 +236,28 @@ def check_answer(answer: str, gold: str, boxed_only: bool) -> tuple[str, str]:
     exact = exact_equal(gold_parsed[0], pred[0])
     if exact is not None:
         return ("correct" if exact else "wrong"), f"{shown} (exact rational)"
-    ok = verify(list(gold_parsed), pred, timeout_seconds=None)
+    key = _verdict_key(gold, pred)
+    ok = _VERDICTS.get(key) if key else None
+    if ok is None:
+        ok = bool(verify(list(gold_parsed), pred, timeout_seconds=None))
+        if key:
+            _VERDICTS[key] = ok
+            if len(_VERDICTS) > MAX_CACHED_VERDICTS:
+                _VERDICTS.popitem(last=False)
     return ("correct" if ok else "wrong"), shown
+
+
+_VERDICTS: collections.OrderedDict[tuple, bool] = collections.OrderedDict()
+MAX_CACHED_VERDICTS = 16384
+
+
+def _verdict_key(gold: str, pred: list) -> tuple | None:
+    """Completions of one prompt often reach the same answer: a verdict is a pure function of
+    the gold and the parsed answer, so it is remembered per worker, keyed by the parsed answer's
+    printed form (only for short answers, whose printing is cheap)."""
+    if any(len(str(p)) > 300 for p in pred if isinstance(p, str)):
+        return None
+    return (gold, *((type(p).__name__, str(p)) for p in pred))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -15,6 +15,7 @@ from scalerl.envs import math as vmath
 from scalerl.envs.base import Sample
 from scalerl.envs.math import (
     MATH_SYSTEM_PROMPT,
+    check_answer,
     exact_value,
     last_boxed_run,
     make_pool,
@@ -195,6 +196,16 @@ def test_last_boxed_run_keeps_only_the_final_group():
     assert last_boxed_run(text) == "\\boxed{-2}$ and $\\boxed{1}"
     assert last_boxed_run("\\boxed{\\frac{1}{2}} x") == "\\boxed{\\frac{1}{2}}"
     assert last_boxed_run("none here") is None
+
+
+def test_verdicts_are_remembered_per_gold_and_parsed_answer():
+    vmath._VERDICTS.clear()
+    assert check_answer("so \\boxed{2\\sqrt{3}}", "\\sqrt{12}", False)[0] == "correct"
+    assert check_answer("thus $\\boxed{2\\sqrt{3}}$.", "\\sqrt{12}", False)[0] == "correct"
+    assert len(vmath._VERDICTS) == 1  # the second completion reused the first verdict
+    assert check_answer("so \\boxed{2\\sqrt{3}}", "\\sqrt{13}", False)[0] == "wrong"
+    assert check_answer("so \\boxed{3\\sqrt{2}}", "\\sqrt{12}", False)[0] == "wrong"
+    assert len(vmath._VERDICTS) == 3
 
 
 # --- gold answers -----------------------------------------------------------------------------
