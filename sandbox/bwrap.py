@@ -66,8 +66,12 @@ def _system_binds() -> list[str]:
     return args
 
 
-def bwrap_argv(limits: Limits, files: Mapping[str, int], file_bytes: int) -> list[str]:
-    """The bwrap command line up to (not including) the program; `files` maps name -> fd."""
+def bwrap_argv(limits: Limits, files: Mapping[str, int], file_bytes: int,
+               extra: tuple[str, ...] = ()) -> list[str]:
+    """The bwrap command line up to (not including) the program; `files` maps name -> fd.
+
+    `extra` bwrap options go before the root and /dev are remounted read-only.
+    """
     tmpfs_bytes = (limits.file_size_mb << 20) + file_bytes
     args = [*(DROP_TO_NOBODY if os.geteuid() == 0 else []),
             "bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
@@ -85,7 +89,7 @@ def bwrap_argv(limits: Limits, files: Mapping[str, int], file_bytes: int) -> lis
             args += ["--dir", f"{WORK}/{parent}"]
             parent = os.path.dirname(parent)
         args += ["--perms", "0644", "--file", str(fd), f"{WORK}/{name}"]
-    args += ["--chdir", WORK, "--clearenv"]
+    args += [*extra, "--remount-ro", "/", "--remount-ro", "/dev", "--chdir", WORK, "--clearenv"]
     for k, v in SANDBOX_ENV.items():
         args += ["--setenv", k, v]
     return args
@@ -156,11 +160,11 @@ class BwrapBackend(Backend):
         stdin_fd = memfd_with(stdin, "stdin")
         procs = cg.procs_files
         pyc = launcher_pyc()
-        launcher = (["--ro-bind", pyc, "/.launcher.pyc", PYTHON, "-I", "/.launcher.pyc"] if pyc
-                    else [PYTHON, "-I", "-c", LAUNCHER_SOURCE])
+        bind = ("--ro-bind", pyc, "/.launcher.pyc") if pyc else ()
+        launcher = ["/.launcher.pyc"] if pyc else ["-c", LAUNCHER_SOURCE]
         cmd = ["/bin/sh", "-c", JOIN_CGROUP, "sh", str(len(procs)), *procs,
-               *bwrap_argv(limits, file_fds, sum(map(len, files.values()))), *launcher,
-               "direct", encode_cfg(cfg)]
+               *bwrap_argv(limits, file_fds, sum(map(len, files.values())), bind),
+               PYTHON, "-I", *launcher, "direct", encode_cfg(cfg)]
         raw = execute(cmd, stdin_fd=stdin_fd, report_w=report_w, report_r=report_r,
                       pass_fds=tuple(file_fds.values()), limits=limits, kill=cg.kill,
                       env=SANDBOX_ENV)

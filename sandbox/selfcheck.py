@@ -73,6 +73,12 @@ def _interpreter_intact(r: ExecResult, ctx: Context) -> str | None:
     return f"interpreter files changed on the host: {changed}" if changed else None
 
 
+def _nothing_written(r: ExecResult, ctx: Context) -> str | None:
+    if b"WROTE" in r.stdout or b"mkdir []" not in r.stdout:
+        return "wrote outside /work, /tmp, /dev/shm: " + r.stdout.decode(errors="replace")[:200]
+    return None
+
+
 def _int_below(limit: int, what: str) -> Check:
     def check(r: ExecResult, ctx: Context) -> str | None:
         value = int(r.stdout.split()[-1]) if r.stdout.split() else -1
@@ -114,6 +120,7 @@ PROBES: tuple[Probe, ...] = (
           args=lambda ctx: [str(ctx.listener.getsockname()[1])]),
     Probe("host_files", frozenset({"ok"}), check=_no_secret, args=lambda ctx: [str(ctx.planted)]),
     Probe("interpreter_writes", frozenset({"ok"}), check=_interpreter_intact),
+    Probe("readonly_root", frozenset({"ok"}), check=_nothing_written),
     Probe("kill_parent", frozenset({"ok", "runtime_error"})),
     Probe("raw_syscalls", frozenset({"ok"})),
     Probe("daemon", frozenset({"ok"})),
