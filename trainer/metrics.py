@@ -126,10 +126,13 @@ class MetricsWriter:
             self._progress.console.print(f"step {step:5d}  {shown}")
 
     def print(self, text: str) -> None:
+        """Print a line with rich markup (through the progress display when there is one)."""
         if self._progress is not None:
             self._progress.console.print(text)
         else:
-            print(text, flush=True)
+            from rich.console import Console
+
+            Console().print(text)
 
     def close(self) -> None:
         self._file.close()
