@@ -13,6 +13,7 @@ import threading
 # Importing a backend module registers it.
 from scalerl.sandbox import bwrap as _bwrap  # noqa: F401
 from scalerl.sandbox import process as _process  # noqa: F401
+from scalerl.sandbox import warm as _warm  # noqa: F401
 from scalerl.sandbox.base import BACKENDS, Backend, ExecResult, Limits, register_backend
 
 try:  # the docker backend needs the `docker` SDK; bwrap/process must work without it

@@ -33,12 +33,13 @@ from scalerl.sandbox.runner import (
     encode_cfg,
     execute,
     launcher_cfg,
-    launcher_pyc,
+    launcher_dir,
     memfd_with,
     parse_report,
 )
 
 SANDBOX_UID = 65534
+LAUNCHER_MOUNT = "/.scalerl"
 DROP_TO_NOBODY = ["setpriv", f"--reuid={65534}", f"--regid={65534}", "--clear-groups",
                   "--no-new-privs"]
 """Run bwrap itself as host uid 65534 (when we are root): bwrap started by root maps the sandbox
@@ -159,9 +160,9 @@ class BwrapBackend(Backend):
         file_fds = {name: memfd_with(data, "file") for name, data in files.items()}
         stdin_fd = memfd_with(stdin, "stdin")
         procs = cg.procs_files
-        pyc = launcher_pyc()
-        bind = ("--ro-bind", pyc, "/.launcher.pyc") if pyc else ()
-        launcher = ["/.launcher.pyc"] if pyc else ["-c", LAUNCHER_SOURCE]
+        pyc_dir = launcher_dir()
+        bind = ("--ro-bind", pyc_dir, LAUNCHER_MOUNT) if pyc_dir else ()
+        launcher = [f"{LAUNCHER_MOUNT}/launcher.pyc"] if pyc_dir else ["-c", LAUNCHER_SOURCE]
         cmd = ["/bin/sh", "-c", JOIN_CGROUP, "sh", str(len(procs)), *procs,
                *bwrap_argv(limits, file_fds, sum(map(len, files.values())), bind),
                PYTHON, "-I", *launcher, "direct", encode_cfg(cfg)]

@@ -104,7 +104,7 @@ def finish_python(code):
 def child(cfg):
     """In the forked child: limits, then become the program. Never returns."""
     try:
-        if cfg.get("reset"):  # framed mode made the launcher non-dumpable; the program is not
+        if cfg.get("reset") or cfg.get("make_dumpable"):  # we were made non-dumpable; it is not
             set_dumpable(1)
         os.chdir(cfg["cwd"])
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):

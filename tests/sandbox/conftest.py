@@ -16,8 +16,8 @@ from scalerl.sandbox import available_backends, get_backend
 from scalerl.sandbox.process import NotASandboxWarning
 
 IN_CI = os.environ.get("CI") == "true"
-SECURE_BACKENDS = ("bwrap", "docker")
-ALL_BACKENDS = ("bwrap", "docker", "process")
+SECURE_BACKENDS = ("bwrap", "bwrap-warm", "docker")
+ALL_BACKENDS = ("bwrap", "bwrap-warm", "docker", "process")
 
 
 def require(name: str):
@@ -34,7 +34,7 @@ def require(name: str):
 
 
 def _marks(name: str):
-    return [getattr(pytest.mark, name)] if name in SECURE_BACKENDS else []
+    return [getattr(pytest.mark, name.split("-")[0])] if name in SECURE_BACKENDS else []
 
 
 @pytest.fixture
