@@ -191,6 +191,8 @@ class PipelineRL:
         if batch is not None:
             out.update(lag_metrics(batch.lags))
             out["async/batch_wait_s"] = batch.wait_s
+            out["async/batch_index"] = float(batch.index)  # continuous across a resume
+            out["async/regenerated"] = float(batch.regenerated)
         return out
 
     # -- checkpoints ----------------------------------------------------------------------
