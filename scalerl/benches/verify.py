@@ -30,7 +30,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None,
                         help="pool processes (default: min(4, cpu count))")
     parser.add_argument("--prompts", type=int, default=None,
-                        help="distinct problems in the mix (default 60, quick 16)")
+                        help="distinct problems per round (default 30 in each of 6 rounds; "
+                        "quick: 16, one round)")
     parser.add_argument("--samples", type=int, default=8,
                         help="completions per problem, as in RL groups (default 8)")
     parser.add_argument("--timeout", type=float, default=5.0,
@@ -214,8 +215,8 @@ def measure(args: argparse.Namespace) -> dict:
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     logging.getLogger("scalerl.envs.math").setLevel(logging.ERROR)  # timeouts are reported below
-    prompts = args.prompts or (16 if args.quick else 60)
-    rounds = 1 if args.quick else 3
+    prompts = args.prompts or (16 if args.quick else 30)
+    rounds = 1 if args.quick else 6
     pool = make_pool(args.workers)
     try:
         # Both sides warm: the workers are started (from a warmed forkserver), and this process
