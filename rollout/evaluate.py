@@ -120,6 +120,8 @@ class TaskResult:
     """Mean unbiased pass@k over samples; None where some sample has fewer than k rollouts."""
     mean_at_n: float
     """Mean over samples of the sample's fraction of correct rollouts (mean@n)."""
+    stderr: float | None
+    """Standard error of mean@n over samples (None for a single sample)."""
     status_frac: dict[str, float]
     truncated_frac: float | None
     interrupted_frac: float | None
@@ -135,6 +137,7 @@ class TaskResult:
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {f"pass@{k}": v for k, v in self.pass_at.items()}
         d[self.mean_key] = self.mean_at_n
+        d["stderr"] = self.stderr
         d.update(samples=self.samples, rollouts=self.rollouts,
                  n=self.n_min if self.n_min == self.n_max else [self.n_min, self.n_max])
         d.update({f"{s}_frac": v for s, v in self.status_frac.items() if s != "correct"})
@@ -205,7 +208,9 @@ def summarize(name: str, records: Sequence[Record], ks: Sequence[int]) -> TaskRe
     status_frac = {s: sum(r.status == s for r in records) / len(records) for s in STATUSES}
     return TaskResult(
         name=name, samples=len(groups), rollouts=len(records), n_min=n_min, n_max=n_max,
-        pass_at=pass_at, mean_at_n=float(np.mean(cs / ns)), status_frac=status_frac,
+        pass_at=pass_at, mean_at_n=float(np.mean(cs / ns)),
+        stderr=float(np.std(cs / ns, ddof=1) / np.sqrt(len(ns))) if len(ns) > 1 else None,
+        status_frac=status_frac,
         truncated_frac=_frac_or_none(records, "truncated"),
         interrupted_frac=_frac_or_none(records, "interrupted"),
         mean_length=_mean_or_none([r.length for r in records]),

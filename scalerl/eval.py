@@ -260,12 +260,12 @@ def _mean_key(d: dict[str, Any]) -> str:
 def task_table(report: dict[str, Any], ks: Sequence[int]) -> list[str]:
     """Markdown rows: one per task and one overall."""
     cols = [f"pass@{k}" for k in ks]
-    head = ["task", "samples", "n", *cols, "mean@n", "truncated", "interrupted", "error",
+    head = ["task", "samples", "n", *cols, "mean@n", "± s.e.", "truncated", "interrupted", "error",
             "timeout", "mean length"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, d in [*report["tasks"].items(), ("**overall**", report["overall"])]:
         cells = [name, d["samples"], d["n"], *[d.get(c) for c in cols], d[_mean_key(d)],
-                 d["truncated_frac"], d["interrupted_frac"], d.get("error_frac"),
+                 d.get("stderr"), d["truncated_frac"], d["interrupted_frac"], d.get("error_frac"),
                  d.get("timeout_frac"), d["mean_length"]]
         lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
     return lines
@@ -311,22 +311,29 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
     k = results["settings"]["ks"][0]
     entries = results["models"]
     use_step = all(e["step"] is not None for e in entries)
     xs = [e["step"] if use_step else i for i, e in enumerate(entries)]
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    for t in results["settings"]["tasks"]:
-        ax.plot(xs, [e["tasks"].get(t, {}).get(f"pass@{k}") for e in entries], marker="o",
-                label=t)
-    ax.plot(xs, [e["overall"].get(f"pass@{k}") for e in entries], marker="s", color="black",
-            lw=2, label="overall")
+    tasks = results["settings"]["tasks"]
+    series = [(t, [e["tasks"].get(t, {}) for e in entries], {"marker": "o"}) for t in tasks]
+    if len(tasks) > 1:
+        series.append(("overall", [e["overall"] for e in entries],
+                       {"marker": "s", "color": "black", "lw": 2}))
+    for name, ds, style in series:
+        ys = [d.get(f"pass@{k}") for d in ds]
+        err = [d.get("stderr") or 0.0 for d in ds] if k == 1 else None
+        ax.errorbar(xs, [np.nan if y is None else y for y in ys], yerr=err, capsize=3,
+                    label=name, **style)
     ax.set_xlabel("step" if use_step else "checkpoint")
     if not use_step:
         ax.set_xticks(xs, [e["label"] for e in entries], rotation=30, ha="right", fontsize=7)
     ax.set_ylabel(f"pass@{k} ({results['settings']['split']} split)")
-    ax.set_title(f"held-out pass@{k}, n={results['settings']['n']} per sample")
+    ax.set_title(f"held-out pass@{k}, n={results['settings']['n']} per sample"
+                 + (" (bars: +-1 standard error over samples)" if k == 1 else ""), fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

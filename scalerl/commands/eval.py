@@ -41,7 +41,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--chunk", type=int, default=64,
                    help="samples per generation call (the unit saved to the cache)")
     g.add_argument("--max-model-len", type=int, default=2048, help="engine context length")
-    g.add_argument("--kv-cache-gib", type=float, default=1.0, help="engine KV-cache GiB")
+    g.add_argument("--kv-cache-gib", type=int, default=1,
+                   help="engine KV-cache GiB (whole GiB: VLLM_CPU_KVCACHE_SPACE is an integer)")
 
 
 def parse_ks(text: str) -> tuple[int, ...]:

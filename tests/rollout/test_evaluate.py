@@ -66,6 +66,8 @@ def test_aggregate_per_task_and_overall_by_hand():
     assert overall.pass_at[2] == pytest.approx((5 / 6 + 0 + 1) / 3)
     assert a.pass_at[8] is None and "fewest here is 4" in a.notes[0]
     assert a.mean_at_n == pytest.approx(0.25) and a.mean_key == "mean@4"
+    assert a.stderr == pytest.approx(0.25)  # std([0.5, 0], ddof=1) / sqrt(2) = 0.3536 / 1.414
+    assert b.stderr is None  # one sample
     assert a.truncated_frac == pytest.approx(1 / 8) and a.interrupted_frac == pytest.approx(1 / 8)
     assert a.status_frac["error"] == pytest.approx(1 / 8)
     assert a.status_frac["timeout"] == pytest.approx(1 / 8)

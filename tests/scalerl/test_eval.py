@@ -20,7 +20,7 @@ from scalerl.eval import (
     resolve_models,
     run_eval,
 )
-from scalerl.rollout.evaluate import aggregate, eval_samples
+from scalerl.rollout.evaluate import aggregate, eval_samples, evaluate
 from scalerl.rollout.types import Budget, Rollout
 
 
@@ -185,6 +185,10 @@ def test_interrupted_eval_generates_only_the_missing_samples(tmp_path, tiny_mode
     out = tmp_path / "eval"
     full = run_eval([ref], settings, out, lambda p: Counting(), close=lambda g: None)
     assert sum(map(len, calls)) == 3 and full["models"][0]["generated_samples"] == 3
+    # the trainer's validation call on the same samples and seeds gives the same figures
+    direct = evaluate(engine, ["arith"], n=2, budget=settings.budget, split="test", ks=(1, 2),
+                      temperature=1.0, seed=3, limit=3).to_dict()
+    assert {k: full["models"][0][k] for k in ("tasks", "overall")} == direct
     calls.clear()
     again = run_eval([ref], settings, out, lambda p: Counting(), close=lambda g: None)
     assert calls == [] and again["models"][0]["cached_samples"] == 3
