@@ -71,9 +71,11 @@ class RunCgroup:
     memory_bytes: int
 
     @classmethod
-    def create(cls, memory_mb: int, processes: int, cpus: float = 1.0) -> RunCgroup:
+    def create(cls, memory_mb: int, processes: int, cpus: float = 1.0,
+               tag: str = "run") -> RunCgroup:
+        """`tag`: "run" (one run, removed after it) or "warm" (a long-lived warm worker)."""
         version = cgroup_version()
-        name = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"  # our pid first: see leftover_run_cgroups
+        name = f"{os.getpid()}-{tag}-{uuid.uuid4().hex[:12]}"  # pid first: leftover_run_cgroups
         memory = memory_mb << 20
         if version == 1:
             dirs = {c: _v1_base(c) / name for c in V1_CONTROLLERS if (ROOT / c).is_dir()}
@@ -214,7 +216,7 @@ def leftover_run_cgroups() -> list[Path]:
     Other processes (other graders on the machine) share the `scalerl` parent, so only names
     starting with our pid count.
     """
-    return [p for p in _run_dirs() if p.name.startswith(f"{os.getpid()}-")]
+    return [p for p in _run_dirs() if p.name.startswith(f"{os.getpid()}-run-")]
 
 
 def sweep_dead() -> int:

@@ -221,7 +221,8 @@ class DockerBackend(Backend):
                                   output_over=raw.output_over, oom=bool(oom), limits=limits,
                                   cpu_s=report["cpu_s"])
         return build_result(raw, report, status, detail, backend=self.name,
-                            cpu_s=report["cpu_s"]), report.get("survivors", 0) == 0
+                            cpu_s=report["cpu_s"]), (report.get("survivors", 0) == 0
+                                                     and not report.get("dirty"))
 
 
 def _talk(sock: socket.socket, msg: bytes, deadline: float, cap: int) -> tuple[bytes, bytes, bool]:

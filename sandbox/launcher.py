@@ -220,14 +220,25 @@ def direct(cfg):
 
 
 def reset_dir(path):
-    """Empty a work dir we own (docker: the same container serves many runs)."""
-    for root, dirs, files in os.walk(path, topdown=False):
-        for name in files:
-            os.unlink(os.path.join(root, name))
-        for name in dirs:
-            full = os.path.join(root, name)
-            os.chmod(full, 0o700) if not os.path.islink(full) else None
-            os.unlink(full) if os.path.islink(full) else os.rmdir(full)
+    """Empty a dir the sandbox uid owns, even subdirs the program made unreadable (chmod 0)."""
+    for name in os.listdir(path):
+        full = f"{path}/{name}"
+        if os.path.stat.S_ISDIR(os.lstat(full).st_mode):
+            os.chmod(full, 0o700)
+            reset_dir(full)
+            os.rmdir(full)
+        else:
+            os.unlink(full)
+
+
+def wipe(paths):
+    """Empty every path; returns '' or why not (the host then discards the container)."""
+    try:
+        for path in paths:
+            reset_dir(path)
+    except (OSError, RecursionError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
 
 
 def oom_kills():
@@ -293,6 +304,7 @@ def framed(cfg_text):
     report = status_fields(status, cpu)
     report.update(read_collected(cfg["cwd"], cfg["collect"], cfg["collect_cap"]))
     report.update(outcome=outcome, wall_s=time.monotonic() - start, survivors=survivors(),
+                  dirty=wipe(cfg.get("reset", ())),
                   oom_kills=oom_kills() - ooms,
                   stdout=b64(bufs[out_r]), stderr=b64(bufs[err_r]))
     sys.stdout.write(dumps(report))

@@ -12,7 +12,6 @@ and the host discards the worker). Not covered: kernel state outside those (docu
 
 import os
 import socket
-import stat
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
@@ -79,18 +78,6 @@ def write_file(path, src_fd):
     os.close(src_fd)
 
 
-def empty(path):
-    for name in os.listdir(path):
-        full = f"{path}/{name}"
-        mode = os.lstat(full).st_mode
-        if stat.S_ISDIR(mode):
-            os.chmod(full, 0o700)
-            empty(full)
-            os.rmdir(full)
-        else:
-            os.unlink(full)
-
-
 def drop_ipc(lib):
     """Remove SysV shared memory, message queues and semaphores left by the run."""
     for kind, remove in (("shm", lambda i: lib.shmctl(i, 0, None)),
@@ -105,10 +92,10 @@ def drop_ipc(lib):
 
 def wipe(lib):
     """Empty everything a run could write; returns '' or why the worker is not clean."""
+    why = L.wipe([top for top in WIPE if os.path.isdir(top)])
+    if why:
+        return why
     try:
-        for top in WIPE:
-            if os.path.isdir(top):
-                empty(top)
         drop_ipc(lib)
         if KEYCTL:
             lib.syscall(KEYCTL, KEYCTL_CLEAR, KEY_SPEC_USER_KEYRING)

@@ -27,6 +27,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 from scalerl.sandbox import cgroup
 from scalerl.sandbox.base import Backend, ExecResult, Limits, register_backend
@@ -60,7 +61,8 @@ class _Worker:
         pyc_dir = launcher_dir()
         if pyc_dir is None:
             raise WorkerGone("no compiled launcher directory (see runner.launcher_dir)")
-        self.cg = cgroup.RunCgroup.create(limits.memory_mb, limits.processes + RUN_OVERHEAD_PIDS)
+        self.cg = cgroup.RunCgroup.create(limits.memory_mb, limits.processes + RUN_OVERHEAD_PIDS,
+                                          tag="warm")
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         info_r, info_w = os.pipe()
         extra = ("--ro-bind", pyc_dir, LAUNCHER_MOUNT, "--mqueue", "/dev/mqueue",
@@ -162,6 +164,9 @@ class WarmBwrapBackend(Backend):
         self._idle: dict[tuple, queue.SimpleQueue] = {}
         self._all: set[_Worker] = set()
         self._lock = threading.Lock()
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="bwrap-warm-spawner")
+        """bwrap's --die-with-parent follows the THREAD that started it: workers are started
+        from this one long-lived thread, never from a caller's (short-lived) pool thread."""
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -206,7 +211,7 @@ class WarmBwrapBackend(Backend):
                 return worker
             except WorkerGone:
                 self._drop(worker)
-        worker = _Worker(limits)
+        worker = self._spawner.submit(_Worker, limits).result()
         with self._lock:
             self._all.add(worker)
         return worker
@@ -277,6 +282,7 @@ class WarmBwrapBackend(Backend):
             self._idle.clear()
         for worker in workers:
             worker.destroy()
+        self._spawner.shutdown(wait=False)
 
 
 def _ppid(pid: int) -> int | None:

@@ -31,7 +31,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rss-runs", type=int, default=1000,
                         help="programs run while watching grader RSS (default 1000; 0 = skip)")
     parser.add_argument("--backend", action="append",
-                        help="backend(s) to measure (default: bwrap and docker where available)")
+                        help="backend(s) to measure (default: bwrap, bwrap-warm, docker where "
+                             "available)")
+    parser.add_argument("--rss-backend", help="backend for the RSS check (default: the first)")
 
 
 def rss_mb() -> float:
@@ -117,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     from scalerl.sandbox import available_backends
 
     avail = available_backends()
-    names = args.backend or [n for n in ("bwrap", "docker") if avail[n][0]]
+    names = args.backend or [n for n in ("bwrap", "bwrap-warm", "docker") if avail[n][0]]
     bad = [n for n in names if n not in avail or not avail[n][0]]
     if bad:
         print(f"scalerl bench sandbox: backend(s) {bad} unavailable: "
@@ -127,14 +129,14 @@ def run(args: argparse.Namespace) -> int:
     if "docker" in names:
         result["docker_cold_start_s"] = _docker_cold_start()
     if args.rss_runs and names:
-        result.update(measure_rss(names[0], args.rss_runs, args.workers))
+        result.update(measure_rss(args.rss_backend or names[0], args.rss_runs, args.workers))
     if args.json:
         print(json.dumps(result))
         return 0
     print(f"baseline (bare python3 -I subprocess): {result['baseline_runs_per_s']:.1f} runs/s "
           f"({args.workers} at once)")
     for name, row in result["backends"].items():
-        print(f"{name:8s} {row['runs_per_s']:7.1f} runs/s  ratio {row['ratio']:.2f}x  "
+        print(f"{name:10s} {row['runs_per_s']:7.1f} runs/s  ratio {row['ratio']:.2f}x  "
               f"({row['correct']}/{result['n']} correct)")
     if "grader_rss_mb_start" in result:
         print(f"grader RSS over {result['rss_runs']} {result['rss_backend']} runs: "

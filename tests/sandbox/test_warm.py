@@ -98,3 +98,16 @@ def test_worker_is_reused_and_timeouts_do_not_break_it(one_worker):
     r2 = one_worker.run(["python", "-c", "print('after')"])
     assert r1.status == "ok" and slow.status == "timeout" and r2.stdout == b"after\n"
     assert len(one_worker._all) == 1, "the same worker served all three runs"
+
+
+def test_workers_outlive_the_thread_that_first_used_them(one_worker):
+    """--die-with-parent follows the starting thread; workers must not die with a pool thread."""
+    import threading
+
+    first = []
+    t = threading.Thread(target=lambda: first.append(one_worker.run(["python", "-c", "pass"])))
+    t.start()
+    t.join()
+    again = one_worker.run(["python", "-c", "print(2)"])
+    assert first[0].status == "ok" and (again.status, again.stdout) == ("ok", b"2\n"), again
+    assert len(one_worker._all) == 1
