@@ -139,3 +139,27 @@ def count_phases(
     if close < 0:
         return len(tokens), 0
     return close, len(tokens) - close
+
+
+def parse_budget(thinking: str | None, answer: int, max_tokens: int | None = None,
+                 phrase: str | None = None) -> Budget:
+    """A Budget from command-line text: thinking `A` or `A:B` (a range), or None/"none"."""
+    think: int | tuple[int, int] | None = None
+    if thinking and thinking.lower() != "none":
+        try:
+            parts = [int(x) for x in thinking.split(":")]
+        except ValueError:
+            raise ValueError(f"thinking budget {thinking!r}: expected A or A:B (integers) or "
+                             "none") from None
+        if len(parts) not in (1, 2):
+            raise ValueError(f"thinking budget {thinking!r}: expected A or A:B or none")
+        think = parts[0] if len(parts) == 1 else (parts[0], parts[1])
+    extra = {"phrase": phrase} if phrase else {}
+    return Budget(thinking=think, answer=answer, total=max_tokens, **extra)
+
+
+def max_completion_tokens(budget: Budget, phrase_len: int) -> int:
+    """The most completion tokens any rollout under `budget` can hold (forced ones included)."""
+    if budget.total is not None:
+        return budget.total
+    return budget.max_thinking + (phrase_len if budget.thinking else 0) + budget.answer

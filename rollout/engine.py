@@ -26,6 +26,8 @@ from scalerl.rollout import budget as B
 from scalerl.rollout.scorer import Scorer
 from scalerl.rollout.types import Budget, Rollout
 
+RESUME_TIMEOUT_S = 30.0
+"""Resuming after an update (even a failed one) gets at least this long."""
 UNSCORED = Score(status="error", reward=-1.0, detail="not scored (score=False)")
 
 
@@ -307,9 +309,16 @@ class Generator:
                 exc = task.exception()
                 out.put(exc if exc is not None else task.result())
 
+        longest = B.max_completion_tokens(budget, len(self._phrase_ids(budget.phrase)))
         try:
             for index, sample in enumerate(samples):
                 prompt = self.prompt_ids(sample)
+                if len(prompt) + longest > self.config.max_model_len:
+                    raise ValueError(
+                        f"sample {sample.id!r}: prompt ({len(prompt)} tokens) + longest "
+                        f"completion ({longest}) exceeds max_model_len "
+                        f"{self.config.max_model_len}; raise EngineConfig.max_model_len or "
+                        "lower the budgets")
                 for group in range(n):
                     if sem is not None:
                         await sem.acquire()
@@ -359,7 +368,11 @@ class Generator:
         tensors = [(name, t.detach().to("cpu").contiguous()) for name, t in named_tensors]
         what = f"weight update to version {version} ({len(tensors)} tensors)"
         self._check_tensors(tensors, what)
-        return self._call(self._update(tensors, version, timeout_s, what), 4 * timeout_s, what)
+        try:
+            return self._call(self._update(tensors, version, timeout_s, what),
+                              2 * timeout_s + RESUME_TIMEOUT_S + 10, what)
+        except TimeoutError as exc:
+            raise WeightUpdateError(str(exc)) from exc
 
     def _check_tensors(self, tensors, what: str) -> None:
         if self._checkpoint_shapes is None:
@@ -395,8 +408,8 @@ class Generator:
             self._version = version
         finally:
             t = time.perf_counter()
-            if not self._user_paused:
-                await self._step(self._llm.resume_generation(), timeout_s,
+            if not self._user_paused:  # resume even after a failure, with a generous timeout
+                await self._step(self._llm.resume_generation(), max(timeout_s, RESUME_TIMEOUT_S),
                                  f"{what}: resuming generation")
                 self._gate.set()
             timings["resume_s"] = time.perf_counter() - t
@@ -431,6 +444,12 @@ class Generator:
                 if state is not None and state.detokenizer is not None:
                     counts[rid] = state.detokenizer.num_output_tokens()
         return counts
+
+    def in_flight(self) -> dict[str, int]:
+        """Tokens generated so far by each running engine request (request id -> count)."""
+        async def read():
+            return self._token_counts()
+        return self._call(read(), 30, "reading in-flight requests")
 
     def pause(self, timeout_s: float = 60.0) -> None:
         """Stop scheduling; running requests keep their KV cache and continue on `resume()`."""

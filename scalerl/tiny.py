@@ -70,9 +70,10 @@ CHAT_TEMPLATE = (
 class TinyRecipe:
     """Everything that determines the tiny model's weights (its hash names the cache dir)."""
 
-    tasks: tuple[tuple[str, int | None], ...] = (("arith", None), ("synth_code", None))
+    tasks: tuple[tuple[str, int | None], ...] = (("arith", None), ("synth_code", 400))
     """(task name, number of train samples used; None = the whole train split)."""
     sft: SFTConfig = field(default_factory=lambda: SFTConfig(steps=300, batch_size=64, lr=3e-3))
+    """Calibrated so held-out arith pass@1 sampled at T=1 lands near 0.4 (room for RL)."""
     hidden_size: int = 128
     intermediate_size: int = 512
     num_layers: int = 2
@@ -197,6 +198,15 @@ def ensure_tiny(
 
 
 def _build(recipe: TinyRecipe, pairs, out: Path, *, log) -> dict:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: deterministic, and 6x faster than 2 on a busy machine
+    try:
+        return _train_and_save(recipe, pairs, out, log=log)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_and_save(recipe: TinyRecipe, pairs, out: Path, *, log) -> dict:
     start = time.perf_counter()
     tok = build_tokenizer()
     model = build_model(recipe, len(tok), tok.eos_token_id, tok.pad_token_id)

@@ -108,3 +108,20 @@ def test_sampled_tokens_never_exceed_thinking_plus_answer():
                 step = B.after_first_phase(p, tokens, ended, CLOSE, PHRASE)
                 sampled = step.keep + (step.max_tokens if isinstance(step, B.Continue) else 0)
                 assert sampled <= 6 + 3, (tokens, ended, step)
+
+
+def test_parse_budget_reads_fixed_range_and_none():
+    assert B.parse_budget("12", 4).thinking == 12
+    assert B.parse_budget("10:12", 4, 30) == Budget(thinking=(10, 12), answer=4, total=30)
+    assert B.parse_budget(None, 4).thinking is None
+    assert B.parse_budget("none", 4).thinking is None
+    with pytest.raises(ValueError, match="expected A or A:B"):
+        B.parse_budget("ten", 4)
+    with pytest.raises(ValueError, match="low <= high"):
+        B.parse_budget("12:10", 4)
+
+
+def test_max_completion_tokens_counts_the_phrase():
+    assert B.max_completion_tokens(Budget(thinking=(5, 10), answer=4), 3) == 17
+    assert B.max_completion_tokens(Budget(thinking=None, answer=4), 3) == 4
+    assert B.max_completion_tokens(Budget(thinking=10, answer=4, total=8), 3) == 8

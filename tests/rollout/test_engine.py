@@ -1,0 +1,185 @@
+"""The Generator through real vLLM on the tiny model (slow: shares the session engine).
+
+Engine-heavy assertions are grouped into a few tests so the suite starts vLLM once. Tests that
+change the weights restore the checkpoint's weights before returning.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from scalerl.envs.base import Sample
+from scalerl.envs.registry import get_task
+from scalerl.rollout.engine import WeightUpdateError
+from scalerl.rollout.types import INTERRUPTION_PHRASE, Budget
+
+pytestmark = pytest.mark.slow
+
+
+def arith(limit: int) -> list[Sample]:
+    return list(get_task("arith").samples("test"))[:limit]
+
+
+def checkpoint(path: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    weights = {}
+    for f in sorted(Path(path).glob("*.safetensors")):
+        weights.update(load_file(str(f)))
+    return weights
+
+
+def test_small_thinking_budget_interrupts_and_large_budget_stops(engine):
+    phrase_ids = engine.tokenizer.encode(INTERRUPTION_PHRASE, add_special_tokens=False)
+    small = Budget(thinking=4, answer=24)
+    rollouts = engine.generate(arith(24), n=2, budget=small, temperature=1.0, seed=1)
+    assert len(rollouts) == 48
+    interrupted = [r for r in rollouts if r.finish_reason == "interrupted"]
+    assert len(interrupted) >= 0.9 * len(rollouts)
+    for r in rollouts:
+        forced = [i for i, lp in enumerate(r.logprobs) if lp is None]
+        sampled = len(r.token_ids) - len(forced)
+        assert sampled <= 4 + 24
+        assert len(r.versions) == len(r.token_ids) == len(r.logprobs)
+        if r.finish_reason in ("interrupted", "truncated") and forced:
+            assert r.completion.count(INTERRUPTION_PHRASE) == 1
+            assert forced == list(range(4, 4 + len(phrase_ids)))  # right after the 4 sampled
+            assert [r.token_ids[i] for i in forced] == phrase_ids
+    for r in interrupted:
+        assert r.thinking_tokens == 4 + len(phrase_ids)
+        assert r.answer_tokens == len(r.token_ids) - r.thinking_tokens
+
+    large = engine.generate(arith(24), n=2, budget=Budget(thinking=256, answer=64),
+                            temperature=1.0, seed=1)
+    stopped = [r for r in large if r.finish_reason == "stop"]
+    assert len(stopped) >= 0.9 * len(large)
+    assert all(None not in r.logprobs for r in large)
+    assert all(INTERRUPTION_PHRASE not in r.completion for r in large)
+    assert {r.score.status for r in large} <= {"correct", "wrong", "no_answer"}
+
+
+def test_stream_yields_every_rollout_once_with_group_indices(engine):
+    samples = arith(5)
+    seen = list(engine.stream(iter(samples), n=3, budget=Budget(thinking=64, answer=16),
+                              seed=2, score=False, max_in_flight=4))
+    keys = sorted((r.meta["index"], r.group) for r in seen)
+    assert keys == [(i, g) for i in range(5) for g in range(3)]
+    assert all(r.sample_id == samples[r.meta["index"]].id for r in seen)
+
+
+def test_seeded_generation_is_reproducible(engine):
+    budget = Budget(thinking=64, answer=16)
+    a = engine.generate(arith(6), n=2, budget=budget, temperature=1.0, seed=7, score=False)
+    b = engine.generate(arith(6), n=2, budget=budget, temperature=1.0, seed=7, score=False)
+    assert [r.token_ids for r in a] == [r.token_ids for r in b]
+
+
+def test_vllm_logprobs_match_hugging_face_forward(engine, tiny_model_path):
+    from transformers import AutoModelForCausalLM
+
+    temperature = 0.7  # processed logprobs must be log_softmax(logits / T)
+    rollouts = engine.generate(arith(16), n=2, budget=Budget(thinking=8, answer=24),
+                               temperature=temperature, seed=3, score=False)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    diffs, k3 = [], []
+    for r in rollouts:
+        ids = torch.tensor([list(r.prompt_token_ids) + list(r.token_ids)])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(r.prompt_token_ids) - 1 : -1].float()
+        hf = torch.log_softmax(logits / temperature, dim=-1)
+        hf = hf.gather(1, torch.tensor(r.token_ids)[:, None])[:, 0]
+        for lp_gen, lp_hf in zip(r.logprobs, hf.tolist(), strict=True):
+            if lp_gen is None:
+                continue
+            diffs.append(lp_gen - lp_hf)
+            ratio = lp_hf - lp_gen
+            k3.append(math.exp(ratio) - 1 - ratio)
+    kl = sum(k3) / len(k3)
+    max_abs = max(abs(d) for d in diffs)
+    print(f"\nmismatch KL(gen||hf) k3={kl:.3e} k1={sum(diffs) / len(diffs):.3e} "
+          f"max|dlogp|={max_abs:.3e} over {len(diffs)} tokens")
+    assert len(diffs) > 200
+    assert kl <= 1e-3
+    assert max_abs <= 1e-2
+
+
+def test_update_weights_in_flight_changes_logprobs_and_versions(engine, tiny_model_path):
+    base = checkpoint(tiny_model_path)
+    v0 = engine.version
+    budget = Budget(thinking=160, answer=64)
+    sample = arith(1)
+    before = engine.generate(sample, n=1, budget=budget, temperature=0.0, seed=0, score=False)[0]
+    assert set(before.versions) == {v0}
+
+    # Zero the LM head while 32 long rollouts are running: every token sampled after the update
+    # comes from uniform logits, so its logprob is exactly -log(V).
+    uniform = -math.log(base["lm_head.weight"].shape[0])
+    results = []
+
+    def consume():
+        for r in engine.stream(arith(16), n=2, budget=budget, temperature=1.0, seed=5,
+                               score=False):
+            results.append(r)
+
+    worker = threading.Thread(target=consume)
+    worker.start()
+    deadline = time.monotonic() + 120
+    while not any(c >= 4 for c in engine.in_flight().values()) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    zero = [("lm_head.weight", torch.zeros_like(base["lm_head.weight"]))]
+    timings = engine.update_weights(zero, v0 + 1, timeout_s=60)
+    worker.join(timeout=300)
+    print(f"\nin-flight update timings: {timings}")
+    assert engine.version == v0 + 1
+    assert len(results) == 32
+    mixed = [r for r in results if r.min_version == v0 and r.max_version == v0 + 1]
+    assert mixed, "no rollout straddled the update"
+    for r in results:
+        assert list(r.versions) == sorted(r.versions)
+        for lp, ver in zip(r.logprobs, r.versions, strict=True):
+            if lp is not None and ver == v0 + 1:
+                assert lp == pytest.approx(uniform, abs=1e-5)
+
+    after = engine.generate(sample, n=1, budget=budget, temperature=0.0, seed=0, score=False)[0]
+    assert set(after.versions) == {v0 + 1}
+    assert after.logprobs[0] == pytest.approx(uniform, abs=1e-5)
+    assert after.logprobs != before.logprobs
+
+    engine.update_weights(base.items(), v0 + 2)
+    restored = engine.generate(sample, n=1, budget=budget, temperature=0.0, seed=0,
+                               score=False)[0]
+    assert restored.token_ids == before.token_ids
+    assert restored.logprobs == pytest.approx(before.logprobs, abs=1e-5)
+    assert set(restored.versions) == {v0 + 2}
+
+
+def test_failed_weight_updates_raise_and_keep_the_version(engine, tiny_model_path):
+    base = checkpoint(tiny_model_path)
+    v = engine.version
+    with pytest.raises(WeightUpdateError, match="unknown tensor 'lm_head.bogus'"):
+        engine.update_weights([("lm_head.bogus", base["lm_head.weight"])], v + 1)
+    with pytest.raises(WeightUpdateError, match="has shape"):
+        engine.update_weights([("lm_head.weight", base["lm_head.weight"][:3])], v + 1)
+    with pytest.raises(WeightUpdateError, match="timed out"):
+        engine.update_weights([("lm_head.weight", base["lm_head.weight"])], v + 1,
+                              timeout_s=1e-6)
+    assert engine.version == v
+    # The engine still generates afterwards.
+    (r,) = engine.generate(arith(1), n=1, budget=Budget(thinking=32, answer=16), seed=0,
+                           score=False)
+    assert r.token_ids and set(r.versions) == {v}
+
+
+def test_memory_is_explicit_and_reported(engine, engine_config):
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == str(engine_config.kv_cache_gib)
+    mem = engine.memory()
+    print(f"\nengine resident memory: {mem}")
+    assert mem["processes"] >= 2  # this process + the engine core (+ its worker)
+    assert 0 < mem["children_mb"] < 8 * 1024
