@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 from scalerl.envs.base import Sample
@@ -64,7 +63,6 @@ class PipelineRL:
         self._admit_lock = threading.Lock()  # sampler draw + admit vs state_dict
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._pool: ThreadPoolExecutor | None = None
         self._error: BaseException | None = None
         self._exhausted: BaseException | None = None
         self._clock = _IdleClock()
@@ -74,22 +72,20 @@ class PipelineRL:
     def start(self) -> PipelineRL:
         if self._thread is not None:
             raise RuntimeError("PipelineRL.start: already started")
-        self._pool = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="pipelinerl-gen")
         self._clock.start()
         self._thread = threading.Thread(target=self._run, name="pipelinerl-driver", daemon=True)
         self._thread.start()
         return self
 
     def stop(self, timeout_s: float = 60.0) -> None:
-        """Stop admitting, wait up to `timeout_s` for running prompts, stop the thread."""
+        """Stop admitting and stop the driver thread. Prompts still generating are abandoned
+        (their daemon threads end with the engine; a checkpoint has them as in flight)."""
         self._stop.set()
         self.buffer.notify()
         if self._thread is not None:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
                 raise TimeoutError(f"PipelineRL.stop: driver still running after {timeout_s}s")
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
         self.buffer.close(self._error)
 
     def __enter__(self) -> PipelineRL:
@@ -125,12 +121,24 @@ class PipelineRL:
         return self.buffer.counts()["queued"]
 
     def _submit(self, seq: int, sample: Sample) -> None:
-        assert self._pool is not None
+        """One daemon thread per prompt (blocking in `generator.generate`; the engine runs them
+        all concurrently). Daemon, so a stopped pipeline never holds the process open."""
         self._clock.begin()
-        fut = self._pool.submit(self._generate, seq, sample)
-        fut.add_done_callback(self._done)
+        threading.Thread(target=self._generate, args=(seq, sample), daemon=True,
+                         name=f"pipelinerl-gen-{seq}").start()
 
     def _generate(self, seq: int, sample: Sample) -> None:
+        try:
+            self._generate_group(seq, sample)
+        except BaseException as e:  # noqa: BLE001 - recorded, fails the trainer's take_batch
+            self._fail(e)
+        finally:
+            self._clock.end()
+            self.buffer.notify()
+
+    def _generate_group(self, seq: int, sample: Sample) -> None:
+        if self._stop.is_set():
+            return
         rollouts = self.generator.generate(
             [sample], n=self.n, budget=self.budget_for(sample), temperature=self.temperature,
             seed=self.seed_fn(seq), scorer=self.scorer)
@@ -146,12 +154,6 @@ class PipelineRL:
             raise KeyError(f"no length budget for task {sample.task!r} (sample {sample.id!r}); "
                            f"budgets are set for: {', '.join(sorted(self.budget))}")
         return self.budget[sample.task]
-
-    def _done(self, fut: Future) -> None:
-        self._clock.end()
-        if not fut.cancelled() and fut.exception() is not None:
-            self._fail(fut.exception())  # type: ignore[arg-type]
-        self.buffer.notify()
 
     def _fail(self, error: BaseException) -> None:
         if self._error is None:
