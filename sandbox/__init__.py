@@ -1,8 +1,9 @@
 """Sandbox: run untrusted programs under bubblewrap, docker or (loudly) bare rlimits.
 
-`get_backend()` picks bwrap where it works, else docker; `process` only when named. Backends keep
-warm state (docker containers), so one instance per name is shared per process (`close_all()`
-releases them). Shapes (`Limits`, `ExecResult`) live in `base.py`; each backend in its module.
+`get_backend()` picks `bwrap` (warm bubblewrap workers) where it works, else docker; `bwrap-cold`
+(a fresh sandbox per run, slower) and `process` (no boundary) only when named. Backends keep warm
+state, so one instance per name is shared per process (`close_all()` releases them).
+Shapes (`Limits`, `ExecResult`) live in `base.py`; each backend in its own module.
 """
 
 from __future__ import annotations

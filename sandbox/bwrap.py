@@ -1,4 +1,7 @@
-"""The bubblewrap backend: one fresh set of namespaces, one tmpfs and one cgroup per run.
+"""`bwrap-cold`: one fresh bubblewrap sandbox (namespaces, tmpfs, cgroup) per run; the strongest.
+
+About 0.3x bare-subprocess throughput here (bench sandbox); `bwrap` (warm.py) reuses these
+walls across runs for >1x. This module also builds the bwrap command line both use.
 
 Covered: every namespace unshared (no network, own PID namespace whose init is our launcher, so
 the whole run dies with it and the program cannot signal it), no nested user namespaces, all
@@ -8,7 +11,7 @@ rlimits (CPU, open files, file size) in the program only, and a per-run cgroup (
 pids, one CPU, freezer) that is frozen and SIGKILLed before the result is read.
 Not covered: seccomp filtering of syscalls (the kernel's attack surface stays that of an
 unprivileged user namespace), collected files of a run killed at its deadline (lost with the
-tmpfs), and machines without a writable cgroup (bwrap is then reported unavailable).
+tmpfs), and machines without a writable cgroup (both bwrap backends are then unavailable).
 """
 
 from __future__ import annotations
@@ -117,7 +120,7 @@ def _probe() -> tuple[bool, str]:
 DEFAULT_LIMITS = Limits()
 
 
-@register_backend("bwrap")
+@register_backend("bwrap-cold")
 class BwrapBackend(Backend):
     """Cold sandbox per run: fresh namespaces + tmpfs + cgroup (see the module docstring)."""
 

@@ -14,10 +14,13 @@ import os
 import socket
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
-import launcher as L  # noqa: E402 - the shared helpers, compiled beside us
+if __name__ == "__main__":  # in the sandbox: launcher.pyc sits beside us
+    sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
+    import launcher as L
 
-del sys.path[0]
+    del sys.path[0]
+else:  # imported on the host (docs, linters): the package copy
+    from scalerl.sandbox import launcher as L
 
 WIPE = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")
 KEYCTL = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)

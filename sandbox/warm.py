@@ -1,16 +1,16 @@
-"""`bwrap-warm`: long-lived bubblewrap workers that serve one run at a time, wiped between runs.
+"""`bwrap` (the default): long-lived bubblewrap workers serving one run at a time, wiped between.
 
-Same walls as `bwrap` (all namespaces, host uid 65534, read-only root, cgroup limits, rlimits,
+Same walls as `bwrap-cold` (all namespaces, host uid 65534, read-only root, cgroup limits, rlimits,
 the environment allowlist) but a worker's namespaces, tmpfs mounts and cgroup outlive a run, so a
 run costs a fork instead of bwrap + interpreter start-up. Between runs (see launcher_warm.py)
 every process but PID 1 is SIGKILLed and reaped, the host checks the cgroup holds only the worker
 itself, then /work, /tmp, /dev/shm, /dev/mqueue, SysV IPC and the user keyring are emptied; any
 doubt (no report, leftovers, a failed wipe, a timeout) discards the worker. Each program is forked
 from an interpreter that never held another run's data.
-Not covered (what a fresh `bwrap` run gives and this does not): fresh namespaces per run, so
+Not covered (what a `bwrap-cold` run gives and this does not): fresh namespaces per run, so
 kernel state we do not wipe (e.g. netns socket buffers in TIME_WAIT, the kernel keyring quota)
 is shared by the runs of one worker; memory and pids limits count the worker's PID 1 (~10 MB,
-1 pid) as in `bwrap`. CPU seconds come from the program's own rusage.
+1 pid) as in `bwrap-cold`. CPU seconds come from the program's own rusage.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def _read_collected(pid1: int, names: tuple[str, ...], cap: int) -> dict[str, by
     return out
 
 
-@register_backend("bwrap-warm")
+@register_backend("bwrap")
 class WarmBwrapBackend(Backend):
     """A pool of warm bwrap workers per limits key (see the module docstring)."""
 
@@ -164,7 +164,7 @@ class WarmBwrapBackend(Backend):
         self._idle: dict[tuple, queue.SimpleQueue] = {}
         self._all: set[_Worker] = set()
         self._lock = threading.Lock()
-        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="bwrap-warm-spawner")
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="bwrap-spawner")
         """bwrap's --die-with-parent follows the THREAD that started it: workers are started
         from this one long-lived thread, never from a caller's (short-lived) pool thread."""
 

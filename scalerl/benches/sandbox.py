@@ -31,7 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rss-runs", type=int, default=1000,
                         help="programs run while watching grader RSS (default 1000; 0 = skip)")
     parser.add_argument("--backend", action="append",
-                        help="backend(s) to measure (default: bwrap, bwrap-warm, docker where "
+                        help="backend(s) to measure (default: bwrap, bwrap-cold, docker where "
                              "available)")
     parser.add_argument("--rss-backend", help="backend for the RSS check (default: the first)")
 
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     from scalerl.sandbox import available_backends
 
     avail = available_backends()
-    names = args.backend or [n for n in ("bwrap", "bwrap-warm", "docker") if avail[n][0]]
+    names = args.backend or [n for n in ("bwrap", "bwrap-cold", "docker") if avail[n][0]]
     bad = [n for n in names if n not in avail or not avail[n][0]]
     if bad:
         print(f"scalerl bench sandbox: backend(s) {bad} unavailable: "

@@ -16,8 +16,8 @@ from scalerl.sandbox import available_backends, get_backend
 from scalerl.sandbox.process import NotASandboxWarning
 
 IN_CI = os.environ.get("CI") == "true"
-SECURE_BACKENDS = ("bwrap", "bwrap-warm", "docker")
-ALL_BACKENDS = ("bwrap", "bwrap-warm", "docker", "process")
+SECURE_BACKENDS = ("bwrap", "bwrap-cold", "docker")
+ALL_BACKENDS = ("bwrap", "bwrap-cold", "docker", "process")
 
 
 def require(name: str):

@@ -59,7 +59,7 @@ def test_process_is_never_the_default():
         with pytest.raises(RuntimeError, match="must be named explicitly"):
             get_backend()
     else:
-        assert get_backend().name in ("bwrap", "docker")
+        assert get_backend().name in ("bwrap", "docker")  # bwrap = warm workers
 
 
 def test_timeout_is_reported_within_slack(backend):

@@ -10,7 +10,7 @@ from scalerl.cli import main
 def test_backends_json_lists_every_backend(capsys):
     assert main(["sandbox", "backends", "--json"]) == 0
     table = json.loads(capsys.readouterr().out)
-    assert set(table) == {"bwrap", "bwrap-warm", "docker", "process"}
+    assert set(table) == {"bwrap", "bwrap-cold", "docker", "process"}
     assert all(set(row) == {"available", "reason"} for row in table.values())
 
 
@@ -36,7 +36,7 @@ def test_run_unknown_backend_names_the_known_ones(tmp_path, capsys):
     prog = tmp_path / "p.py"
     prog.write_text("pass")
     assert main(["sandbox", "run", str(prog), "--backend", "nope"]) == 2
-    assert "known: ['bwrap', 'bwrap-warm', 'docker', 'process']" in capsys.readouterr().err
+    assert "known: ['bwrap', 'bwrap-cold', 'docker', 'process']" in capsys.readouterr().err
 
 
 def test_check_passes_on_a_secure_backend(capsys, secure_backend):

@@ -7,6 +7,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from scalerl.sandbox import Limits
 from scalerl.sandbox.selfcheck import survivors
 
@@ -29,22 +31,24 @@ def _host_uids_while_running(backend, token: str) -> set[int]:
     t = threading.Thread(target=watch)
     t.start()
     try:
-        backend.run(["python", "-c", "import time; time.sleep(0.6)", token])
+        backend.run(["sh", "-c", "sleep 0.6", token])  # $0 = token: findable in host /proc
     finally:
         done.set()
         t.join()
     return seen
 
 
-def test_bwrap_program_is_not_root_on_the_host(require_backend):
+@pytest.mark.parametrize("name", ["bwrap", "bwrap-cold"])
+def test_bwrap_program_is_not_root_on_the_host(require_backend, name):
     """bwrap started by root would map the sandbox uid to host root; we start it as nobody."""
-    backend = require_backend("bwrap")
+    backend = require_backend(name)
     uids = _host_uids_while_running(backend, f"uid-probe-{os.getpid()}")
     assert uids == {65534}, uids
 
 
-def test_bwrap_memory_limit_holds_for_a_forked_child(require_backend):
-    backend = require_backend("bwrap")
+@pytest.mark.parametrize("name", ["bwrap", "bwrap-cold"])
+def test_bwrap_memory_limit_holds_for_a_forked_child(require_backend, name):
+    backend = require_backend(name)
     code = ("import os\nif os.fork() == 0:\n    x = bytearray(400 << 20)\n    os._exit(0)\n"
             "os.wait()\nprint('parent ok')")
     r = backend.run(["python", "-c", code], limits=Limits(memory_mb=128))

@@ -17,7 +17,7 @@ import pytest
 from scalerl.sandbox.selfcheck import PROBES, run_probe, survivors
 
 BACKEND_PARAMS = [pytest.param("bwrap", marks=pytest.mark.bwrap),
-                  pytest.param("bwrap-warm", marks=pytest.mark.bwrap),
+                  pytest.param("bwrap-cold", marks=pytest.mark.bwrap),
                   pytest.param("docker", marks=pytest.mark.docker), "process"]
 
 

@@ -1,4 +1,4 @@
-"""bwrap-warm: what one run leaves behind never reaches the next run in the same worker."""
+"""bwrap (warm workers): nothing one run leaves behind reaches the next run in that worker."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def _memory_of(pid: int) -> bytes:
 
 @pytest.fixture
 def one_worker(require_backend):
-    require_backend("bwrap-warm")
+    require_backend("bwrap")
     backend = WarmBwrapBackend(max_workers=1)
     yield backend
     backend.close()
