@@ -8,6 +8,7 @@ starts on the first `next_groups`, after any `load_state_dict`. No optimisation 
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from scalerl.rollout.pipeline import PipelineRL
@@ -20,6 +21,12 @@ def ppo_round_seed(seed: int, batch_index: int) -> int:
     """The seed `PPOOffPolicy` passes for round `batch_index` (k = 1): with max_lag 0 the two
     sources then generate the very same rollouts."""
     return seed * 1_000_003 + batch_index
+
+
+def prompts_hash(sample_ids: list[str]) -> float:
+    """A metric-sized fingerprint of a batch's prompts in order (resume tests compare it)."""
+    digest = hashlib.blake2b("|".join(sample_ids).encode(), digest_size=4).digest()
+    return float(int.from_bytes(digest, "little") % 2**24)  # exact in a float32 log
 
 
 class PipelineSource:
@@ -58,6 +65,8 @@ class PipelineSource:
         self._sync = {}
         tokens = sum(len(r.token_ids) for r in batch.rollouts)
         metrics["rollout/round_tokens"] = float(tokens)
+        metrics["async/batch_prompts_hash"] = prompts_hash(
+            [f"{g.sample.task}/{g.sample.id}" for g in batch.groups])
         return [list(g.rollouts) for g in batch.groups], metrics
 
     def on_step(self, version: int, weights: Weights) -> dict[str, float]:
