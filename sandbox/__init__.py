@@ -9,6 +9,7 @@ Shapes (`Limits`, `ExecResult`) live in `base.py`; each backend in its own modul
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 
 # Importing a backend module registers it.
@@ -27,7 +28,8 @@ else:
 DEFAULT_ORDER = ("bwrap", "docker")
 """Backends `get_backend(None)` may choose, best first. `process` is never chosen implicitly."""
 
-_shared: dict[str, Backend] = {}
+_shared: dict = {}
+"""name -> shared Backend, plus '__pid__': the process that made them."""
 _lock = threading.Lock()
 
 __all__ = ["Backend", "ExecResult", "Limits", "available_backends", "close_all", "get_backend",
@@ -62,6 +64,9 @@ def get_backend(name: str | None = None) -> Backend:
     if name == "process":  # warns at every start: a fresh instance each time
         return BACKENDS[name]()
     with _lock:
+        if _shared.get("__pid__") != os.getpid():  # a forked child must not share warm workers
+            _shared.clear()
+            _shared["__pid__"] = os.getpid()
         if name not in _shared:
             _shared[name] = BACKENDS[name]()
         return _shared[name]
@@ -71,7 +76,8 @@ def get_backend(name: str | None = None) -> Backend:
 def close_all() -> None:
     """Release every shared backend's warm workers (docker containers)."""
     with _lock:
-        backends = list(_shared.values())
+        mine = _shared.get("__pid__") == os.getpid()
+        backends = [b for k, b in _shared.items() if k != "__pid__"] if mine else []
         _shared.clear()
     for backend in backends:
         backend.close()

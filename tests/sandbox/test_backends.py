@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scalerl.sandbox import Limits, available_backends, get_backend
+from scalerl.sandbox import Limits, available_backends, close_all, get_backend
 
 
 def test_files_are_written_and_collected(backend):
@@ -65,3 +65,24 @@ def test_process_is_never_the_default():
 def test_timeout_is_reported_within_slack(backend):
     r = backend.run(["python", "-c", "import time; time.sleep(30)"], limits=Limits(wall_s=1))
     assert r.status == "timeout" and 1.0 <= r.wall_s < 2.0, r
+
+
+def test_forked_child_gets_its_own_backend_instances(secure_backend):
+    """Warm workers are per process: a fork must not talk to its parent's workers."""
+    import os
+
+    parent = get_backend(secure_backend.name)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: a different instance that works
+        try:
+            child = get_backend(secure_backend.name)
+            ok = child is not parent and child.run(["python", "-c", "print(7)"]).stdout == b"7\n"
+            os.write(w, b"1" if ok else b"0")
+            close_all()
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    assert os.read(r, 1) == b"1"
+    assert parent.run(["python", "-c", "print(8)"]).stdout == b"8\n"
