@@ -23,8 +23,9 @@ PAPER_A_GRID = (0.45, 0.80, 0.005)
 PAPER_CMID_GRID = (100.0, 40000.0, 100)
 """C_mid in 100 linearly spaced GPU-hours values (§A.5); the default here derives it from x."""
 MIN_POINTS = 4
-B_MIN = 1e-6
-"""B is kept positive: with R0 free, (A, R0, B) and (R0, A, -B) give the same curve."""
+B_MIN, B_MAX = 1e-6, 50.0
+"""B is kept in (0, 50]: with R0 free, (A, R0, B) and (R0, A, -B) give the same curve, and a
+B beyond 50 is a step (the data do not constrain the curve's shape; the paper's B are 1-2.5)."""
 
 
 def sigmoid(c: Any, A: float, B: float, C_mid: float, R0: float) -> np.ndarray:
@@ -115,7 +116,7 @@ def solve_b(u: np.ndarray, y: np.ndarray, A: np.ndarray, R0: np.ndarray, B0: np.
     u: (G, N) log(C_mid / x); y: (N,); A, R0, B0: (G,). Returns B, R0, SSE, each (G,).
     A grid point stops when its step or its SSE change is below `tol` (relative).
     """
-    B, R0, A = np.maximum(B0.astype(float), B_MIN), R0.astype(float).copy(), A.astype(float)
+    B, R0, A = np.clip(B0.astype(float), B_MIN, B_MAX), R0.astype(float).copy(), A.astype(float)
     s = _s(B, u)
     sse = ((R0[:, None] + (A - R0)[:, None] * s - y) ** 2).sum(1)
     lam = np.full(len(B), 1e-3)
@@ -138,7 +139,7 @@ def solve_b(u: np.ndarray, y: np.ndarray, A: np.ndarray, R0: np.ndarray, B0: np.
         else:
             db = -gb / np.where(hbb > 0, hbb * damp, np.inf)
             nr = r0
-        nb = np.maximum(b + db, B_MIN)
+        nb = np.clip(b + db, B_MIN, B_MAX)
         ns = _s(nb, ua)
         new_sse = ((nr[:, None] + (a - nr)[:, None] * ns - y) ** 2).sum(1)
         ok = new_sse <= sse[active]
@@ -171,7 +172,7 @@ def _curve_fit_b(x, y, A, C_mid, R0, p0, fit_r0):
     except RuntimeError:  # maxfev reached: no B at this grid point
         return None
     b, r0 = (popt[0], popt[1]) if fit_r0 else (popt[0], R0)
-    if b <= 0:  # the mirrored curve (see B_MIN), not a solution
+    if not B_MIN <= b <= B_MAX:  # the mirrored curve or a step (see B_MIN), not a solution
         return None
     return b, r0, float(((sigmoid(x, A, b, C_mid, r0) - y) ** 2).sum())
 
@@ -209,8 +210,11 @@ def grid_search(x, y, r0, grid, *, fit_r0=False, solver="vectorised", top_k=4, B
     return (float(a), float(b), float(c), float(r), float(sse_b)), B
 
 
-def _edge_warnings(A, C_mid, grid):
+def _edge_warnings(A, B, C_mid, grid):
     out = []
+    if B >= B_MAX * (1 - 1e-9):
+        out.append(f"B hit its cap {B_MAX:g}: a step, not a sigmoid; the points do not show a "
+                   "rise the curve can describe")
     a_vals, c_vals = grid.a_values(), grid.cmid_values()
     if np.isclose(A, a_vals[0]) or np.isclose(A, a_vals[-1]):
         out.append(f"A={A:.3f} is at the edge of the A grid "
@@ -259,7 +263,7 @@ def fit_sigmoid(x: Any, y: Any, *, r0: float | None = None, fit_r0: bool = False
     return SigmoidFit(A=A, B=B, C_mid=C_mid, R0=R0, sse=sse, rmse=float(np.sqrt(sse / len(xf))),
                       n_points=len(xf), x_range=(float(xf.min()), float(xf.max())),
                       r0_fitted=fit_r0, grid=grid, fit_s=time.perf_counter() - t0,
-                      warnings=tuple(_edge_warnings(A, C_mid, grid)))
+                      warnings=tuple(_edge_warnings(A, B, C_mid, grid)))
 
 
 def bootstrap(x: Any, y: Any, fit: SigmoidFit, *, n: int = 100, seed: int = 0,

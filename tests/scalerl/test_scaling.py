@@ -149,3 +149,12 @@ def test_bench_fit_quick_agrees_with_the_curve_fit_loop():
     r = measure(quick=True, repeats=1, n_boot=2)
     assert r["same_answer"] and r["grid_points"] == 15 * 20
     assert r["curve_fit_loop_s"] > 0 and r["bootstrap"] == 2
+
+
+def test_flat_noise_is_flagged_not_fitted_silently():
+    rng = np.random.default_rng(0)
+    x = np.linspace(0.0, 100.0, 41)
+    y = 0.05 + rng.normal(0.0, 0.02, len(x))  # a run that is not learning
+    fit = fit_sigmoid(x, y)
+    assert fit.warnings  # B at its cap or A at a grid edge: the data show no sigmoid
+    assert fit.B <= 50.0
