@@ -152,13 +152,24 @@ class Pool:
             _add_forkserver_preload(self._ctx, preload)
         self._initializer = initializer
         self._memory_bytes = memory_bytes
+        self.replaced = 0
+        """Workers killed (deadline) or found dead and replaced, over the pool's life."""
+        self._reset()
+        _POOLS.add(self)
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
         self._cond = threading.Condition()
         self._idle: list[_Worker] = []
         self._all: set[_Worker] = set()
         self._reserved = 0  # workers being started
-        self.replaced = 0
-        """Workers killed (deadline) or found dead and replaced, over the pool's life."""
-        _POOLS.add(self)
+
+    def _check_fork(self) -> None:
+        """In a child made by fork(), forget the parent's workers (never talk to or kill them)
+        and start its own by spawn: the stdlib's forkserver cannot be reused after a fork."""
+        if os.getpid() != self._pid:
+            self._reset()
+            self._ctx = mp.get_context("spawn")
 
     # -- worker bookkeeping -------------------------------------------------------------------
     def worker_pids(self) -> list[int]:
@@ -231,6 +242,7 @@ class Pool:
         costs no parallelism."""
         if not arg_list:
             return []
+        self._check_fork()
         run = _Run(self, fn, arg_list, timeout_s, affinity)
         held = self._checkout(min(len(arg_list), self.size), block=True)
         try:
@@ -242,6 +254,7 @@ class Pool:
     def shutdown(self) -> None:
         """Stop every worker (idle ones politely, busy ones by SIGKILL). The pool may be reused:
         the next call starts fresh workers."""
+        self._check_fork()
         with self._cond:
             workers = list(self._all)
             self._all.clear()

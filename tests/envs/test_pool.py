@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -147,6 +148,26 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"  # a zombie has exited
     except FileNotFoundError:
         return False
+
+
+def test_a_forked_child_starts_its_own_workers(pool):
+    parent_pids = set(pool.run_many(os.getpid, [()] * 4, timeout_s=30) and pool.worker_pids())
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: must not use (or kill) the parent's workers
+        try:
+            pids = {o.value for o in pool.run_many(os.getpid, [()] * 4, timeout_s=30)}
+            os.write(write, json.dumps(sorted(pids)).encode())
+            pool.shutdown()
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        child_pids = set(json.loads(f.read()))
+    os.waitpid(child, 0)
+    assert child_pids and not child_pids & parent_pids
+    assert set(pool.worker_pids()) == parent_pids
+    assert pool.run(divmod, (7, 2), timeout_s=30).value == (3, 1)
 
 
 def test_bad_sizes_and_start_methods_are_refused():
