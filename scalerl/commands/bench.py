@@ -18,6 +18,7 @@ BENCHES: dict[str, str] = {
     "code": "code grading problems/s (score_code in the sandbox) vs bare exit-code subprocesses",
     "rollout": "generation tokens/s with scoring overlapped vs generation alone vs bare vLLM",
     "train": "trainer tokens/s and generator/trainer idle shares per off-policy mode",
+    "fit": "sigmoid fit: vectorised grid solve vs the paper's curve_fit loop (same grid)",
 }
 
 
