@@ -42,7 +42,7 @@ def measure(quick: bool, repeats: int, n_boot: int) -> dict:
     m = x >= 1500
     grid = scaling.default_grid(x[m], y[m])
     if quick:
-        grid = scaling.Grid(a=(0.55, 0.62, 0.005), cmid=(1000.0, 5000.0, 20))
+        grid = scaling.Grid(a=(0.56, 0.70, 0.01), cmid=(1000.0, 5000.0, 20))
     size = len(grid.a_values()) * len(grid.cmid_values())
     kw = dict(min_x=1500.0, grid=grid)
     t_fast, fast = _best_of(lambda: scaling.fit_sigmoid(x, y, **kw), repeats)
