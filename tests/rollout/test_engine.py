@@ -41,8 +41,14 @@ def test_small_thinking_budget_interrupts_and_large_budget_stops(engine):
     small = Budget(thinking=4, answer=24)
     rollouts = engine.generate(arith(24), n=2, budget=small, temperature=1.0, seed=1)
     assert len(rollouts) == 48
+    # Forced: the phrase went in (then the answer either ended, `interrupted`, or ran into the
+    # answer budget, `truncated`). The tiny model closes its thinking after ~15 tokens, so 4
+    # must force nearly every rollout.
+    forced_rollouts = [r for r in rollouts if None in r.logprobs]
+    assert len(forced_rollouts) >= 0.9 * len(rollouts)
     interrupted = [r for r in rollouts if r.finish_reason == "interrupted"]
-    assert len(interrupted) >= 0.9 * len(rollouts)
+    assert interrupted
+    assert all(r.finish_reason in ("interrupted", "truncated") for r in forced_rollouts)
     for r in rollouts:
         forced = [i for i, lp in enumerate(r.logprobs) if lp is None]
         sampled = len(r.token_ids) - len(forced)
@@ -178,7 +184,7 @@ def test_failed_weight_updates_raise_and_keep_the_version(engine, tiny_model_pat
 
 
 def test_memory_is_explicit_and_reported(engine, engine_config):
-    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == str(engine_config.kv_cache_gib)
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == str(engine_config.kv_cache_space_cpu) == "1"
     mem = engine.memory()
     print(f"\nengine resident memory: {mem}")
     assert mem["processes"] >= 2  # this process + the engine core (+ its worker)
