@@ -74,9 +74,29 @@ def summarize(rollouts: list, seconds: float) -> dict:
     }
 
 
-def run(args: argparse.Namespace) -> int:
+def write_rollouts(gen, samples: list, *, out_path: str, n: int, budget, temperature: float,
+                   seed: int, desc: str = "generate") -> dict:
+    """Stream rollouts of `samples` into `out_path` (JSONL, flushed per row); the summary."""
     from tqdm import tqdm
 
+    rollouts, correct = [], 0
+    start = time.perf_counter()
+    with open(out_path, "w") as out, tqdm(total=len(samples) * n, desc=desc, unit="rollout",
+                                          file=sys.stderr) as bar:
+        for r in gen.stream(samples, n=n, budget=budget, temperature=temperature, seed=seed):
+            out.write(dumps(r.to_row()) + "\n")
+            out.flush()
+            rollouts.append(r)
+            correct += r.score.correct
+            bar.update(1)
+            bar.set_postfix(pass_rate=f"{correct / len(rollouts):.2f}")
+    summary = summarize(rollouts, time.perf_counter() - start)
+    summary["score_latency"] = gen.default_scorer().latency()
+    summary["engine_memory_mb"] = {k: round(v, 1) for k, v in gen.memory().items()}
+    return summary
+
+
+def run(args: argparse.Namespace) -> int:
     from scalerl.envs.registry import UnknownTaskError, get_task
     from scalerl.rollout.budget import parse_budget
     from scalerl.rollout.engine import EngineConfig, Generator
@@ -88,30 +108,17 @@ def run(args: argparse.Namespace) -> int:
         config = EngineConfig(dtype=args.dtype, fp32_head=not args.no_fp32_head,
                               kv_cache_gib=args.kv_cache_gib, memory_fraction=args.memory_fraction,
                               max_model_len=args.max_model_len, seed=args.seed)
-        model = resolve_model(args.model)
         if args.n <= 0:
             raise ValueError(f"--n must be > 0, got {args.n}")
+        model = resolve_model(args.model)
     except (ValueError, UnknownTaskError) as exc:
         print(f"scalerl generate: {exc}", file=sys.stderr)
         return 2
     samples = list(task.samples(args.split))[: args.limit]
-    rollouts, correct = [], 0
-    with Generator(model, config=config) as gen, open(args.out, "w") as out:
-        start = time.perf_counter()
-        bar = tqdm(total=len(samples) * args.n, desc=f"generate {args.task}", unit="rollout",
-                   file=sys.stderr)
-        for r in gen.stream(samples, n=args.n, budget=budget, temperature=args.temperature,
-                            seed=args.seed):
-            out.write(dumps(r.to_row()) + "\n")
-            out.flush()
-            rollouts.append(r)
-            correct += r.score.correct
-            bar.update(1)
-            bar.set_postfix(pass_rate=f"{correct / len(rollouts):.2f}")
-        bar.close()
-        summary = summarize(rollouts, time.perf_counter() - start)
-        summary["score_latency"] = gen.default_scorer().latency()
-        summary["engine_memory_mb"] = {k: round(v, 1) for k, v in gen.memory().items()}
+    with Generator(model, config=config) as gen:
+        summary = write_rollouts(gen, samples, out_path=args.out, n=args.n, budget=budget,
+                                 temperature=args.temperature, seed=args.seed,
+                                 desc=f"generate {args.task}")
     summary.update(model=model, task=args.task, split=args.split, out=args.out)
     if args.json:
         print(json.dumps(summary))
