@@ -131,6 +131,7 @@ class Generator:
         self.config = config or EngineConfig()
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self.config.kv_cache_space_cpu)
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # to send _reload to workers
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout is for results
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)

@@ -1,0 +1,45 @@
+"""Engine pieces that need no engine: config validation, precision check, version expansion."""
+
+import pytest
+
+from scalerl.rollout.engine import (
+    EngineConfig,
+    PrecisionMismatchError,
+    _expand_versions,
+    check_precision_match,
+)
+
+
+def test_precision_check_passes_when_both_sides_agree():
+    check_precision_match(True, True)
+    check_precision_match(False, False)
+
+
+@pytest.mark.parametrize("gen,train", [(True, False), (False, True)])
+def test_one_sided_fp32_head_is_a_one_line_error(gen, train):
+    with pytest.raises(PrecisionMismatchError) as err:
+        check_precision_match(gen, train)
+    assert f"generator fp32_head={gen}, trainer fp32_head={train}" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_engine_config_rejects_bad_values_naming_them():
+    with pytest.raises(ValueError, match="dtype 'int8'"):
+        EngineConfig(dtype="int8")
+    with pytest.raises(ValueError, match="memory_fraction"):
+        EngineConfig(memory_fraction=0.0)
+    with pytest.raises(ValueError, match="kv_cache_gib"):
+        EngineConfig(kv_cache_gib=-1)
+
+
+def test_cpu_kv_space_is_whole_gib_rounded_up():
+    assert EngineConfig(kv_cache_gib=1.0).kv_cache_space_cpu == 1
+    assert EngineConfig(kv_cache_gib=1.5).kv_cache_space_cpu == 2
+    assert EngineConfig(kv_cache_gib=0.25).kv_cache_space_cpu == 1
+
+
+def test_versions_expand_from_update_marks():
+    assert _expand_versions([(0, 3)], 4) == [3, 3, 3, 3]
+    # 2 tokens under version 3, then an update to 4 after token 2, then to 5 after token 3
+    assert _expand_versions([(0, 3), (2, 4), (3, 5)], 5) == [3, 3, 4, 5, 5]
+    assert _expand_versions([(0, 1), (7, 2)], 4) == [1, 1, 1, 1]  # update after the end
