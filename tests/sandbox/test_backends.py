@@ -95,3 +95,23 @@ def test_forked_child_gets_its_own_backend_instances(require_backend):
     os.waitpid(pid, 0)
     assert answer == b"1"
     assert parent.run(["python", "-c", "print(8)"]).stdout == b"8\n"
+
+
+def test_a_broken_sandbox_is_a_sandbox_error_not_a_program_failure(require_backend, monkeypatch):
+    """A cgroup that cannot be made (mocked: it cannot be broken for real here) is reported."""
+    from scalerl.sandbox import cgroup
+
+    backend = require_backend("bwrap-cold")
+
+    def refuse(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cgroup.RunCgroup, "create", classmethod(refuse))
+    r = backend.run(["python", "-c", "print(1)"])
+    assert r.status == "sandbox_error" and "cgroup" in r.detail, r
+
+
+def test_missing_program_is_a_runtime_error(backend):
+    r = backend.run(["/no/such/binary"])
+    assert (r.status, r.exit_code) == ("runtime_error", 127), r
+    assert b"cannot start" in r.stderr
