@@ -104,9 +104,17 @@ def run(args: argparse.Namespace) -> int:
     return train_command(cfg, run_dir, resume=args.resume)
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so the engine's processes are shut down (not orphaned)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool) -> int:
     from scalerl.trainer.checkpoint import latest_checkpoint
 
+    _exit_on_sigterm()
     start = time.perf_counter()
     peak = PeakRSS()
     ckpt = latest_checkpoint(run_dir) if resume else None

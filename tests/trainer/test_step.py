@@ -70,3 +70,25 @@ def test_step_reports_token_statistics(model):
     assert 0.0 < stats["is_ratio_min"] < stats["is_ratio"] < stats["is_ratio_max"]
     assert 0.0 < stats["entropy"] <= torch.log(torch.tensor(48.0)).item() + 1e-4
     assert stats["mismatch_kl"] > 0.0
+
+
+def test_a_step_raises_logprobs_of_correct_and_lowers_wrong_completions():
+    from scalerl.trainer.policy import token_stats
+
+    groups = fake_groups(n_prompts=2, n=4, forced=False)
+    batch = batch_of(groups)
+    model = PolicyModule(tiny_qwen2(seed=2))
+    # generator logprobs = the model's own (on-policy), so every ratio is 1
+    with torch.no_grad():
+        lp = token_stats(model.model, batch.input_ids, batch.attention_mask, batch.prompt_lens,
+                         batch.completion_lens).logprobs
+    batch = dataclasses.replace(batch, old_logprobs=lp * batch.mask)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    train_step(Accelerator(cpu=True), model, opt, sched, batch, settings())
+    with torch.no_grad():
+        after = token_stats(model.model, batch.input_ids, batch.attention_mask,
+                            batch.prompt_lens, batch.completion_lens).logprobs
+    delta = ((after - lp) * batch.mask).sum(-1)  # (B,) change of each completion's logprob
+    adv = batch.advantages.squeeze(-1)
+    assert (delta[adv > 0] > 0).all() and (delta[adv < 0] < 0).all(), (delta, adv)
