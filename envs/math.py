@@ -255,9 +255,12 @@ def _verdict_key(gold: str, pred: list) -> tuple | None:
     """Completions of one prompt often reach the same answer: a verdict is a pure function of
     the gold and the parsed answer, so it is remembered per worker, keyed by the parsed answer's
     printed form (only for short answers, whose printing is cheap)."""
-    if any(len(str(p)) > 300 for p in pred if isinstance(p, str)):
+    if any(len(p) > 300 for p in pred if isinstance(p, str)):
         return None
-    return (gold, *((type(p).__name__, str(p)) for p in pred))
+    try:
+        return (gold, *((type(p).__name__, str(p)) for p in pred))
+    except ValueError:  # e.g. an integer over Python's 4,300-digit str() limit: do not cache
+        return None
 
 
 @functools.lru_cache(maxsize=4096)
