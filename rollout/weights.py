@@ -1,0 +1,72 @@
+"""Weight-update helpers for the Generator: checks, the worker-side reload, version marks.
+
+`check_tensors` validates names and shapes against the checkpoint before anything is sent;
+`reload_in_worker` runs inside each vLLM worker (collective_rpc) and reloads weights in place;
+`expand_versions` turns update marks into per-token policy versions. Also the FP32-head
+agreement check the trainer calls at start-up. No engine here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+
+class WeightUpdateError(RuntimeError):
+    """A weight update failed or timed out; the Generator's version is unchanged."""
+
+
+class PrecisionMismatchError(ValueError):
+    """Generator and trainer disagree on the FP32 LM head."""
+
+
+def check_precision_match(generator_fp32_head: bool, trainer_fp32_head: bool) -> None:
+    """Raise when only one side computes the LM head in FP32 (ScaleRL §2.7: both or neither)."""
+    if generator_fp32_head != trainer_fp32_head:
+        raise PrecisionMismatchError(
+            f"FP32 LM head must match on both sides: generator fp32_head={generator_fp32_head}, "
+            f"trainer fp32_head={trainer_fp32_head} (one-sided FP32 widens the logprob mismatch)"
+        )
+
+
+def reload_in_worker(worker, blob: bytes) -> bool:
+    """Runs inside each vLLM worker (collective_rpc): reload the safetensors `blob` in place."""
+    from safetensors.torch import load
+
+    worker.model_runner.reload_weights(weights_iterator=iter(load(blob).items()))
+    return True
+
+
+def expand_versions(marks: list[tuple[int, int]], n: int) -> list[int]:
+    """Per-token versions from (first token index, version) marks in increasing order."""
+    versions = []
+    for i, (_start, version) in enumerate(marks):
+        end = marks[i + 1][0] if i + 1 < len(marks) else n
+        versions += [version] * max(0, min(end, n) - len(versions))
+    return versions
+
+
+def checkpoint_shapes(model_path: str) -> dict[str, tuple[int, ...]]:
+    """Tensor names and shapes of the safetensors checkpoint at `model_path`."""
+    from safetensors import safe_open
+
+    shapes = {}
+    for file in sorted(Path(model_path).glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as fh:
+            for name in fh.keys():  # noqa: SIM118 (safe_open is not a dict)
+                shapes[name] = tuple(fh.get_slice(name).get_shape())
+    return shapes
+
+
+def check_tensors(tensors: Sequence[tuple[str, torch.Tensor]],
+                  known: dict[str, tuple[int, ...]], what: str, where: str) -> None:
+    """Raise WeightUpdateError unless every tensor's name and shape are in the checkpoint."""
+    for name, t in tensors:
+        if name not in known:
+            raise WeightUpdateError(f"{what}: unknown tensor {name!r} (not in the checkpoint at "
+                                    f"{where})")
+        if tuple(t.shape) != known[name]:
+            raise WeightUpdateError(f"{what}: tensor {name!r} has shape {tuple(t.shape)}, the "
+                                    f"model expects {known[name]}")
