@@ -194,8 +194,10 @@ def get_pool() -> Pool:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            size = int(os.environ.get(WORKERS_ENV, "0")) or None
-            _POOL = make_pool(size)
+            value = os.environ.get(WORKERS_ENV, "").strip()
+            if value and not (value.isdigit() and int(value) > 0):
+                raise ValueError(f"${WORKERS_ENV}={value!r}: expected a positive integer")
+            _POOL = make_pool(int(value) if value else None)
         return _POOL
 
 

@@ -245,6 +245,14 @@ def test_details_are_truncated(pool):
     assert len(s.detail) < 400
 
 
+def test_a_bad_worker_count_setting_is_a_loud_error(monkeypatch):
+    monkeypatch.setattr(vmath, "_POOL", None)
+    monkeypatch.setenv(vmath.WORKERS_ENV, "many")
+    s = score_math("\\boxed{1}", "1")
+    assert s.status == "error"
+    assert "$SCALERL_VERIFY_WORKERS='many': expected a positive integer" in s.detail
+
+
 # --- the registered kind ------------------------------------------------------------------------
 def test_math_kind_is_registered():
     kind = get_kind("math")
