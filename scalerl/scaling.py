@@ -210,8 +210,11 @@ def grid_search(x, y, r0, grid, *, fit_r0=False, solver="vectorised", top_k=4, B
     return (float(a), float(b), float(c), float(r), float(sse_b)), B
 
 
-def _edge_warnings(A, B, C_mid, grid):
+def _edge_warnings(A, B, C_mid, R0, grid):
     out = []
+    if A < R0:
+        out.append(f"A={A:.3f} is below R0={R0:.3f}: the pass rate fell, there is no rise to "
+                   "extrapolate")
     if B >= B_MAX * (1 - 1e-9):
         out.append(f"B hit its cap {B_MAX:g}: a step, not a sigmoid; the points do not show a "
                    "rise the curve can describe")
@@ -263,7 +266,7 @@ def fit_sigmoid(x: Any, y: Any, *, r0: float | None = None, fit_r0: bool = False
     return SigmoidFit(A=A, B=B, C_mid=C_mid, R0=R0, sse=sse, rmse=float(np.sqrt(sse / len(xf))),
                       n_points=len(xf), x_range=(float(xf.min()), float(xf.max())),
                       r0_fitted=fit_r0, grid=grid, fit_s=time.perf_counter() - t0,
-                      warnings=tuple(_edge_warnings(A, B, C_mid, grid)))
+                      warnings=tuple(_edge_warnings(A, B, C_mid, R0, grid)))
 
 
 def bootstrap(x: Any, y: Any, fit: SigmoidFit, *, n: int = 100, seed: int = 0,

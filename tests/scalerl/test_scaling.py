@@ -158,3 +158,10 @@ def test_flat_noise_is_flagged_not_fitted_silently():
     fit = fit_sigmoid(x, y)
     assert fit.warnings  # B at its cap or A at a grid edge: the data show no sigmoid
     assert fit.B <= 50.0
+
+
+def test_a_falling_pass_rate_is_flagged():
+    x = np.linspace(0.0, 1000.0, 21)
+    y = sigmoid(x, 0.40, 2.0, 200.0, 0.475)  # held-out pass rate dropping from 0.475 to 0.40
+    fit = fit_sigmoid(x, y)
+    assert any("below R0" in w for w in fit.warnings)
