@@ -46,6 +46,8 @@ from scalerl.sandbox.runner import (
 )
 
 DEFAULT_LIMITS = Limits()
+MAX_FILES = 200
+"""More input files than this go to a cold `bwrap-cold` run (SCM_RIGHTS carries ~250 fds)."""
 REPORT_SLACK_S = 3.0
 """After a kill, how long the worker may take to report before it is discarded."""
 
@@ -179,6 +181,11 @@ class WarmBwrapBackend(Backend):
             limits: Limits = DEFAULT_LIMITS, collect: tuple[str, ...] = ()) -> ExecResult:
         files = {check_relpath(k): v for k, v in (files or {}).items()}
         collect = tuple(check_relpath(c) for c in collect)
+        if len(files) > MAX_FILES:  # each file travels as one fd in one SCM_RIGHTS message
+            from scalerl.sandbox.bwrap import BwrapBackend
+
+            return BwrapBackend().run(argv, stdin=stdin, files=files, limits=limits,
+                                      collect=collect)
         cfg = launcher_cfg(argv, limits, cwd="/work", collect=(), kill="all")
         cfg.update(make_dumpable=True, files=list(files))
         key = (limits.memory_mb, limits.processes, limits.file_size_mb)

@@ -111,3 +111,9 @@ def test_workers_outlive_the_thread_that_first_used_them(one_worker):
     again = one_worker.run(["python", "-c", "print(2)"])
     assert first[0].status == "ok" and (again.status, again.stdout) == ("ok", b"2\n"), again
     assert len(one_worker._all) == 1
+
+
+def test_many_input_files_still_run(one_worker):
+    files = {f"d/f{i}.txt": str(i).encode() for i in range(260)}
+    r = one_worker.run(["python", "-c", "import os; print(len(os.listdir('d')))"], files=files)
+    assert (r.status, r.stdout) == ("ok", b"260\n"), r
