@@ -6,6 +6,7 @@ pipeline is synchronous, so both comparisons are exact up to float noise. Tolera
 the two modes send the engine the same seeded requests, but PPO batches a task's prompts in one
 call and PipelineRL sends one call per prompt, so vLLM's fp32 CPU matmuls may sum in another
 order (~1e-7 relative on logprobs); the sampled tokens themselves are fixed by per-request seeds.
+Measured here (2026-11-29): losses, rewards, mismatch KL and final weights were bit-identical.
 """
 
 import json
