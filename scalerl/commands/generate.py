@@ -13,6 +13,7 @@ import collections
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from scalerl.envs.base import dumps
@@ -43,7 +44,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     eng.add_argument("--kv-cache-gib", type=float, default=1.0, help="KV-cache GiB (default 1)")
     eng.add_argument("--memory-fraction", type=float, default=0.1,
                      help="vLLM gpu_memory_utilization (host memory on CPU); default 0.1")
-    eng.add_argument("--max-model-len", type=int, default=2048, help="default 2048")
+    eng.add_argument("--max-model-len", type=int, default=None,
+                     help="longest prompt + completion; default the model's "
+                     "max_position_embeddings (at most 32768)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -57,6 +60,11 @@ def resolve_model(name: str) -> str:
         raise ValueError(f"--model {name!r}: no config.json there; give a Hugging Face model "
                          "directory or 'tiny'")
     return str(path)
+
+
+def model_max_len(model: str, cap: int = 32768) -> int:
+    config = json.loads((Path(model) / "config.json").read_text())
+    return min(int(config.get("max_position_embeddings") or cap), cap)
 
 
 def summarize(rollouts: list, seconds: float) -> dict:
@@ -107,10 +115,11 @@ def run(args: argparse.Namespace) -> int:
         budget = parse_budget(args.thinking_budget, args.answer_budget, args.max_tokens)
         config = EngineConfig(dtype=args.dtype, fp32_head=not args.no_fp32_head,
                               kv_cache_gib=args.kv_cache_gib, memory_fraction=args.memory_fraction,
-                              max_model_len=args.max_model_len, seed=args.seed)
+                              seed=args.seed)
         if args.n <= 0:
             raise ValueError(f"--n must be > 0, got {args.n}")
         model = resolve_model(args.model)
+        config = replace(config, max_model_len=args.max_model_len or model_max_len(model))
     except (ValueError, UnknownTaskError) as exc:
         print(f"scalerl generate: {exc}", file=sys.stderr)
         return 2
