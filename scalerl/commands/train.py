@@ -122,6 +122,10 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool) -> int:
         print(f"scalerl train: --resume: no checkpoint under {run_dir}/checkpoints",
               file=sys.stderr)
         return 2
+    if not resume and (run_dir / "metrics.jsonl").exists():
+        print(f"scalerl train: {run_dir} already holds a run; pass --resume to continue it "
+              "or choose another --run-dir", file=sys.stderr)
+        return 2
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_config(cfg, run_dir)
     model_path = str(ckpt) if ckpt else resolve_model(cfg)
