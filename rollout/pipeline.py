@@ -77,15 +77,19 @@ class PipelineRL:
         self._thread.start()
         return self
 
-    def stop(self, timeout_s: float = 60.0) -> None:
-        """Stop admitting and stop the driver thread. Prompts still generating are abandoned
-        (their daemon threads end with the engine; a checkpoint has them as in flight)."""
+    def stop(self, timeout_s: float = 60.0, drain_s: float = 30.0) -> None:
+        """Stop admitting and stop the driver thread; wait up to `drain_s` for prompts still
+        generating (so closing the engine right after does not kill live requests), then
+        abandon the rest (daemon threads; a checkpoint has them as in flight)."""
         self._stop.set()
         self.buffer.notify()
         if self._thread is not None:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
                 raise TimeoutError(f"PipelineRL.stop: driver still running after {timeout_s}s")
+        deadline = time.monotonic() + drain_s
+        while self._clock.in_flight > 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
         self.buffer.close(self._error)
 
     def __enter__(self) -> PipelineRL:

@@ -155,7 +155,7 @@ def test_generator_failure_reaches_the_trainer_instead_of_hanging():
 
 
 def test_take_batch_times_out_loudly_when_nothing_arrives():
-    gen = FakeGenerator(tokens=1, score_s=lambda s: 5.0)
+    gen = FakeGenerator(tokens=1, score_s=lambda s: 1.0)
     with make_pipeline(gen, CountingSampler(), max_lag=0) as pipe, \
             pytest.raises(BufferTimeout, match="batch 0"):
         pipe.take_batch(0, timeout_s=0.2)
