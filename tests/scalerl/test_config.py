@@ -31,6 +31,7 @@ def test_paper_defaults_in_the_scalerl_recipe():
     assert (cfg.optim.lr, cfg.optim.eps, cfg.optim.weight_decay, cfg.optim.warmup_steps) == (
         5e-7, 1e-15, 0.01, 100)
     assert (cfg.offpolicy.prompts_per_step, cfg.offpolicy.rollouts_per_prompt) == (48, 16)
+    assert (cfg.offpolicy.mode, cfg.offpolicy.max_lag) == ("pipelinerl", 8)
     assert cfg.filters.zero_variance and cfg.filters.retire
     assert cfg.tasks[0].thinking == (10240, 12288)
 
