@@ -131,3 +131,19 @@ def test_embedded_default_raises_heldout_arith_pass1_by_015(default_run):
     print(f"held-out arith pass@1 {first['val/arith/pass@1']:.3f} -> "
           f"{last['val/arith/pass@1']:.3f} (gain {gain:+.3f})")
     assert gain >= 0.15, (first["val/arith/pass@1"], last["val/arith/pass@1"])
+
+
+def test_fit_on_the_embedded_default_metrics_gives_json_and_a_plot(default_run, tmp_path):
+    run_dir, _, proc = default_run
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    png = tmp_path / "fit.png"
+    fit = subprocess.run(
+        [sys.executable, "-m", "scalerl", "fit", str(run_dir), "--x", "compute/device_s",
+         "--y", "val/arith/pass@1", "--bootstrap", "20", "--json", "--plot", str(png)],
+        capture_output=True, text=True, timeout=300)
+    assert fit.returncode == 0, fit.stderr[-2000:]
+    summary = json.loads(fit.stdout)
+    assert {"A", "B", "C_mid", "R0", "rmse", "ci"} <= set(summary)
+    assert summary["n_points"] >= 4
+    assert png.stat().st_size > 10_000
+
