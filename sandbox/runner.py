@@ -174,7 +174,7 @@ def _pump(proc: subprocess.Popen, raw: Raw, report_r: int, limits: Limits, start
             if proc.poll() is not None:  # launcher gone: whatever still holds a pipe is a leftover
                 deadline = min(deadline, now + GRACE_S)
             for key, _ in sel.select(timeout=min(deadline - now, 0.05)):
-                state = _read_capped(key.fd, *caps[key.fd])
+                state = read_capped(key.fd, *caps[key.fd])
                 if state == "eof":
                     sel.unregister(key.fd)
                 elif state == "over" and key.fd != report_r:
@@ -182,7 +182,7 @@ def _pump(proc: subprocess.Popen, raw: Raw, report_r: int, limits: Limits, start
                     return
 
 
-def _read_capped(fd: int, buf: bytearray, cap: int) -> str:
+def read_capped(fd: int, buf: bytearray, cap: int) -> str:
     """Read what is there into buf: 'more' (pipe still open), 'eof', or 'over' (cut to cap)."""
     while True:
         try:

@@ -43,6 +43,7 @@ from scalerl.sandbox.runner import (
     launcher_cfg,
     launcher_dir,
     memfd_with,
+    read_capped,
 )
 
 DEFAULT_LIMITS = Limits()
@@ -337,7 +338,7 @@ def _pump_warm(worker: _Worker, out_r: int, err_r: int, limits: Limits,
                     sel.unregister(worker.sock)
                     deadline = min(deadline, time.monotonic() + 0.5)
                     continue
-                state = _drain(key.fd, bufs[key.fd], limits.output_bytes)
+                state = read_capped(key.fd, bufs[key.fd], limits.output_bytes)
                 if state == "eof":
                     sel.unregister(key.fd)
                 elif state == "over" and not killed:
@@ -348,19 +349,3 @@ def _pump_warm(worker: _Worker, out_r: int, err_r: int, limits: Limits,
         os.close(fd)
     raw.wall_s = time.monotonic() - start
     return raw, report
-
-
-def _drain(fd: int, buf: bytearray, cap: int) -> str:
-    """Read what is there: 'more', 'eof', or 'over' (buf cut at the cap; the rest discarded)."""
-    while True:
-        try:
-            chunk = os.read(fd, 1 << 16)
-        except BlockingIOError:
-            return "more"
-        if not chunk:
-            return "eof"
-        if len(buf) <= cap:
-            buf += chunk
-            if len(buf) > cap:
-                del buf[cap:]
-                return "over"
