@@ -240,12 +240,19 @@ class SupportsGenerate(Protocol):
 
 
 def eval_samples(task: Task, split: str = "test", limit: int | None = None) -> list[Sample]:
-    """The held-out samples evaluated: the split's first `limit` samples, in the task's order."""
+    """The held-out samples evaluated: the whole split, or `limit` of them evenly spaced.
+
+    Evenly spaced (index `i * len // limit`), not the first `limit`: tasks list their samples by
+    level or source (arith: 50 add2, then 50 add3, ...), and a prefix would measure only the
+    first levels. Deterministic, and the same subset for `scalerl eval` and the trainer.
+    """
     task.check_split(split)
     samples = list(task.samples(split))
     if not samples:
         raise ValueError(f"task {task.name!r} has no samples in split {split!r}")
-    return samples if limit is None else samples[:limit]
+    if limit is None or limit >= len(samples):
+        return samples
+    return [samples[i * len(samples) // limit] for i in range(limit)]
 
 
 def resolve_tasks(tasks: Sequence[Task | str]) -> list[Task]:

@@ -239,6 +239,8 @@ def _checks(cfg: RunConfig) -> list[tuple[bool, str]]:
     return [
         (cfg.steps > 0, f"steps = {cfg.steps}: must be > 0"),
         (cfg.policy.temperature > 0, f"policy.temperature = {cfg.policy.temperature}: must be > 0"),
+        (cfg.policy.cpu_threads is None or cfg.policy.cpu_threads >= 1,
+         f"policy.cpu_threads = {cfg.policy.cpu_threads}: must be >= 1 or null (torch default)"),
         (opt.lr > 0, f"optim.lr = {opt.lr}: must be > 0"),
         (opt.eps > 0, f"optim.eps = {opt.eps}: must be > 0"),
         (opt.weight_decay >= 0, f"optim.weight_decay = {opt.weight_decay}: must be >= 0"),

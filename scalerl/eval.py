@@ -289,7 +289,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [f"# Evaluation: {', '.join(s['tasks'])} ({s['split']} split)", "",
              f"n={s['n']} rollouts per sample, temperature {s['temperature']}, seed {s['seed']}, "
              f"thinking budget {s['thinking']}, answer budget {s['answer']}"
-             + (f", first {s['limit']} samples per task" if s["limit"] else "") + ".",
+             + (f", {s['limit']} evenly spaced samples per task" if s["limit"] else "") + ".",
              "pass@k is the unbiased estimator (Chen et al. 2021); mean@n is the mean over "
              "samples of the fraction of correct rollouts.", ""]
     if len(results["models"]) > 1:

