@@ -55,6 +55,7 @@ class PipelineSource:
         self._started = False
         self._sync: dict[str, float] = {}
         self.sync_s = 0.0
+        self._busy_s = 0.0  # generator busy seconds when the previous batch was taken
 
     def next_groups(self, trainer_version: int) -> tuple[list[Group], dict[str, float]]:
         if not self._started:
@@ -65,9 +66,17 @@ class PipelineSource:
         self._sync = {}
         tokens = sum(len(r.token_ids) for r in batch.rollouts)
         metrics["rollout/round_tokens"] = float(tokens)
+        metrics["rollout/tokens_per_s"] = tokens / max(self._busy_delta(metrics), 1e-9)
         metrics["async/batch_prompts_hash"] = prompts_hash(
             [f"{g.sample.task}/{g.sample.id}" for g in batch.groups])
         return [list(g.rollouts) for g in batch.groups], metrics
+
+    def _busy_delta(self, metrics: dict[str, float]) -> float:
+        """Generator busy seconds (wall minus idle) since the previous batch: the generator makes
+        one batch's worth of tokens per batch taken, so tokens / this is its throughput."""
+        busy = metrics.get("async/wall_s", 0.0) - metrics.get("async/generator_idle_s", 0.0)
+        delta, self._busy_s = busy - self._busy_s, busy
+        return delta
 
     def on_step(self, version: int, weights: Weights) -> dict[str, float]:
         """Publish policy `version` into the generator now (mid-generation)."""

@@ -151,3 +151,21 @@ def test_resuming_from_another_mode_is_refused():
     source = PipelineSource(SeededGenerator(), sampler(), settings(), max_lag=1)
     with pytest.raises(ValueError, match="not PipelineRL's"):
         source.load_state_dict({"round": 3, "pending": [], "sampler": None})
+
+
+def test_generation_tokens_per_s_is_batch_tokens_over_generator_busy_time():
+    source = PipelineSource(SeededGenerator(), sampler(), settings(), max_lag=1)
+    try:
+        busy_total, seen = 0.0, []
+        for step in range(4):
+            groups, metrics = source.next_groups(step)
+            busy = metrics["async/wall_s"] - metrics["async/generator_idle_s"]
+            tokens = sum(len(r.token_ids) for g in groups for r in g)
+            assert metrics["rollout/round_tokens"] == tokens
+            assert metrics["rollout/tokens_per_s"] == pytest.approx(tokens / (busy - busy_total))
+            busy_total = busy
+            seen.append(metrics["rollout/tokens_per_s"])
+            source.on_step(step + 1, WEIGHTS)
+    finally:
+        source.close()
+    assert all(v > 0 for v in seen)
