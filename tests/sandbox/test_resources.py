@@ -34,7 +34,9 @@ def test_no_fd_thread_or_rss_growth_over_runs(secure_backend):
                if r.status != "ok" or len(r.stdout) != 20000]
         assert not bad, bad[:3]
         del results
-        assert _fds() == fds
+        # No growth; fewer is fine: objects left by earlier tests in the session (pools,
+        # engines) may be collected meanwhile and close theirs (measured once: 56 -> 54).
+        assert _fds() <= fds
         assert threading.active_count() <= warm_threads
         grown = rss_mb() - rss
     assert grown < 4.0, f"grader RSS grew {grown:.1f} MiB over 200 runs"
