@@ -9,7 +9,6 @@ order (~1e-7 relative on logprobs); the sampled tokens themselves are fixed by p
 Measured here (2026-11-29): losses, rewards, mismatch KL and final weights were bit-identical.
 """
 
-import json
 import os
 import signal
 import subprocess
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from e2e_runs import final_weights, run_to_end, steps_of
 
 pytestmark = pytest.mark.slow
 
@@ -40,20 +39,6 @@ def tiny_path() -> str:
 def command(run_dir: Path, model: str, sets: list[str], resume: bool = False) -> list[str]:
     args = [a for s in [*SHORT, *sets, f"policy.model={model}"] for a in ("--set", s)]
     return [*SCALERL, *args, "--run-dir", str(run_dir), *(["--resume"] if resume else [])]
-
-
-def run_to_end(cmd: list[str], timeout: float = 900) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-
-
-def steps_of(run_dir: Path) -> dict[int, dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r for r in rows if "loss/value" in r or "batch/empty" in r}
-
-
-def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return load_file(run_dir / "checkpoints" / "step-000006" / "model.safetensors")
 
 
 def assert_same_run(a: dict[int, dict], b: dict[int, dict]) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from e2e_runs import final_weights, run_to_end, steps_of
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow
@@ -35,20 +36,6 @@ def tiny_path() -> str:
 def command(run_dir: Path, model: str, resume: bool = False) -> list[str]:
     sets = [a for s in [*SHORT, f"policy.model={model}"] for a in ("--set", s)]
     return [*SCALERL, *sets, "--run-dir", str(run_dir), *(["--resume"] if resume else [])]
-
-
-def run_to_end(cmd: list[str], timeout: float = 900) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-
-
-def steps_of(run_dir: Path) -> dict[int, dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r for r in rows if "loss/value" in r or "batch/empty" in r}
-
-
-def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return load_file(run_dir / "checkpoints" / "step-000006" / "model.safetensors")
 
 
 def test_sigkill_mid_step_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_path):
