@@ -73,4 +73,3 @@ def process_tree_rss_mb(pid: int | None = None) -> dict[str, float]:
     main = proc.memory_info().rss
     return {"main_mb": main / 2**20, "children_mb": kids / 2**20,
             "total_mb": (main + kids) / 2**20, "processes": 1 + len(children)}
-

@@ -124,3 +124,11 @@ def test_every_config_field_has_a_docstring():
                     documented = (isinstance(nxt, ast.Expr)
                                   and isinstance(getattr(nxt, "value", None), ast.Constant))
                     assert documented, f"{node.name}.{item.target.id} has no docstring"
+
+
+def test_cpu_threads_must_be_positive_or_null():
+    cfg = load_config("tiny-cpu", ["policy.cpu_threads=0"])
+    with pytest.raises(ConfigError, match=r"^config: policy.cpu_threads = 0: must be >= 1 or null"):
+        validate(cfg, check_tasks=False)
+    assert validate(load_config("tiny-cpu", ["policy.cpu_threads=null"]),
+                    check_tasks=False).policy.cpu_threads is None

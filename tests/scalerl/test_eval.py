@@ -203,3 +203,14 @@ def test_interrupted_eval_generates_only_the_missing_samples(tmp_path, tiny_mode
     assert (resumed["models"][0]["overall"]["samples"], resumed["models"][0]["overall"]["rollouts"]
             ) == (3, 6)
     assert path.read_text().splitlines()[:2] == kept
+
+
+def test_limited_eval_samples_are_evenly_spaced_over_every_arith_level():
+    task = get_task("arith")
+    every = list(task.samples("test"))
+    picked = eval_samples(task, "test", 60)
+    assert len(picked) == 60 == len({s.id for s in picked})
+    assert [s.id for s in picked] == [every[i * len(every) // 60].id for i in range(60)]
+    levels = {s.meta["level"] for s in every}
+    assert {s.meta["level"] for s in picked} == levels  # a prefix would hold add2 only
+    assert eval_samples(task, "test", None) == every == eval_samples(task, "test", 10**6)
