@@ -23,6 +23,11 @@ def ppo_round_seed(seed: int, batch_index: int) -> int:
     return seed * 1_000_003 + batch_index
 
 
+def generator_busy_s(metrics: dict[str, float]) -> float:
+    """Seconds the generator has been busy since the pipeline started (wall minus idle)."""
+    return metrics.get("async/wall_s", 0.0) - metrics.get("async/generator_idle_s", 0.0)
+
+
 def prompts_hash(sample_ids: list[str]) -> float:
     """A metric-sized fingerprint of a batch's prompts in order (resume tests compare it)."""
     digest = hashlib.blake2b("|".join(sample_ids).encode(), digest_size=4).digest()
@@ -72,9 +77,9 @@ class PipelineSource:
         return [list(g.rollouts) for g in batch.groups], metrics
 
     def _busy_delta(self, metrics: dict[str, float]) -> float:
-        """Generator busy seconds (wall minus idle) since the previous batch: the generator makes
-        one batch's worth of tokens per batch taken, so tokens / this is its throughput."""
-        busy = metrics.get("async/wall_s", 0.0) - metrics.get("async/generator_idle_s", 0.0)
+        """Generator busy seconds since the previous batch: the generator makes one batch's worth
+        of tokens per batch taken, so tokens / this is its throughput."""
+        busy = generator_busy_s(metrics)
         delta, self._busy_s = busy - self._busy_s, busy
         return delta
 
@@ -92,9 +97,10 @@ class PipelineSource:
 
     def idle(self) -> dict[str, float]:
         m = self.pipeline.metrics() if self._started else {}
-        gen_idle, wall = m.get("async/generator_idle_s", 0.0), m.get("async/wall_s", 0.0)
-        return {"gen_s": wall - gen_idle, "sync_s": self.sync_s, "generator_idle_s": gen_idle,
-                "trainer_wait_s": m.get("async/trainer_wait_s", 0.0), "pipeline_wall_s": wall}
+        return {"gen_s": generator_busy_s(m), "sync_s": self.sync_s,
+                "generator_idle_s": m.get("async/generator_idle_s", 0.0),
+                "trainer_wait_s": m.get("async/trainer_wait_s", 0.0),
+                "pipeline_wall_s": m.get("async/wall_s", 0.0)}
 
     def state_dict(self) -> dict[str, Any]:
         return self.pipeline.state_dict()

@@ -75,13 +75,14 @@ def measure_mode(mode: str, args: argparse.Namespace, model_path: str) -> dict[s
                 f"source_{k}": v for k, v in source.items()}}
 
 
-def _baseline(model_path: str) -> float:
-    """Bare-HF tokens/s on a batch shaped like a tiny-cpu step (32 prompts x 8, ~60 tokens)."""
+def _baseline(model_path: str, rows: int) -> float:
+    """Bare-HF tokens/s on a batch shaped like one step of the measured config (`rows`
+    completions of ~60 tokens)."""
     import torch
 
     from scalerl.trainer.batch import TrainBatch
 
-    rows, length = 256, 60
+    length = 60
     ids = torch.randint(3, 90, (rows, length))
     batch = TrainBatch(input_ids=ids, attention_mask=torch.ones_like(ids),
                        prompt_lens=torch.full((rows,), 20), completion_lens=torch.full((rows,), 40),
@@ -94,9 +95,11 @@ def run(args: argparse.Namespace) -> int:
     from scalerl.commands.train import resolve_model
     from scalerl.config import load_config
 
-    model_path = resolve_model(load_config(args.config, args.set))
+    cfg = load_config(args.config, args.set)
+    model_path = resolve_model(cfg)
     results = [measure_mode(m.strip(), args, model_path) for m in args.modes.split(",")]
-    baseline = _baseline(model_path)
+    baseline = _baseline(model_path,
+                         cfg.offpolicy.prompts_per_step * cfg.offpolicy.rollouts_per_prompt)
     for r in results:
         r["bare_hf_tokens_per_s"] = baseline
         r["trainer_vs_bare_hf"] = r["trainer_tokens_per_s"] / baseline
