@@ -1,6 +1,7 @@
 """The math verifier: math-verify extraction and comparison, run in a deadline-enforcing pool.
 
-`score_math` strips the thinking part, caps the answer's length, and checks it against the gold
+`score_math` strips the thinking part, caps the answer's length, decides a lone boxed integer
+against an integer gold at once (envs/math_exact.py), and checks anything else against the gold
 answer in a worker process (envs/pool.py) that is killed if it passes its deadline. Gold answers
 are parsed once per worker and cached; exact rationals are compared exactly before math-verify's
 float tolerance can call 1/2^98 equal to 1/2^99. It never raises: failures are `error`/`timeout`.
@@ -16,10 +17,14 @@ import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from fractions import Fraction
 from typing import Any
 
 from scalerl.envs.base import Score, reward_for, truncate
+from scalerl.envs.math_exact import (  # noqa: F401 (exact_value: part of this module's API)
+    exact_equal,
+    exact_value,
+    integer_verdict,
+)
 from scalerl.envs.pool import Outcome, Pool
 from scalerl.envs.registry import Kind, register_kind
 
@@ -31,8 +36,6 @@ MAX_ANSWER_CHARS = 8000
 """The answer part (after thinking is stripped) is cut to its last this-many characters."""
 MAX_GOLD_CHARS = 8000
 """A gold answer is cut to its last this-many characters."""
-MAX_EXACT_BITS = 100_000
-"""Exact-rational pre-check gives up (falls back to math-verify) on numbers larger than this."""
 WORKERS_ENV = "SCALERL_VERIFY_WORKERS"
 _log = logging.getLogger(__name__)
 
@@ -129,6 +132,9 @@ def _prepare(item: Any, requires_thinking: bool, boxed_only: bool):
         answer = answer[-MAX_ANSWER_CHARS:]
     if len(gold) > MAX_GOLD_CHARS:
         note += f" [gold cut to its last {MAX_GOLD_CHARS} of {len(gold)} chars]"
+    fast = integer_verdict(answer, gold)
+    if fast is not None:
+        return fast, None, ""
     return None, (answer, gold[-MAX_GOLD_CHARS:], boxed_only), note
 
 
@@ -320,46 +326,6 @@ def _match_brace(text: str, open_at: int) -> int | None:
             if depth == 0:
                 return j + 1
     return None
-
-
-# --- exact-rational pre-check --------------------------------------------------------------------
-def exact_equal(gold: Any, pred: Any) -> bool | None:
-    """True/False when both sides are exact rationals (integers, fractions, integer powers of
-    them, sums and products); None when either is not, so math-verify decides."""
-    a, b = exact_value(gold), exact_value(pred)
-    if a is None or b is None:
-        return None
-    return a == b
-
-
-def exact_value(expr: Any) -> Fraction | None:
-    """The exact value of a sympy expression built only from rationals with +, * and integer
-    powers; None for anything else (floats, symbols, roots, percentages) or a huge number."""
-    import sympy
-
-    if isinstance(expr, sympy.Rational):  # Integer is a Rational
-        return Fraction(int(expr.p), int(expr.q))
-    if isinstance(expr, (sympy.Add, sympy.Mul)):
-        parts = [exact_value(arg) for arg in expr.args]
-        if any(p is None for p in parts):
-            return None
-        total = Fraction(0) if isinstance(expr, sympy.Add) else Fraction(1)
-        for p in parts:
-            total = total + p if isinstance(expr, sympy.Add) else total * p
-        return total
-    if isinstance(expr, sympy.Pow):
-        return _exact_pow(exact_value(expr.base), exact_value(expr.exp))
-    return None
-
-
-def _exact_pow(base: Fraction | None, exp: Fraction | None) -> Fraction | None:
-    if base is None or exp is None or exp.denominator != 1:
-        return None
-    n = exp.numerator
-    bits = max(base.numerator.bit_length(), base.denominator.bit_length(), 1)
-    if abs(n) * bits > MAX_EXACT_BITS or (base == 0 and n < 0):
-        return None
-    return base**n
 
 
 MATH_OPTIONS: tuple[str, ...] = ("requires_thinking", "boxed_only", "timeout_s")

@@ -248,7 +248,7 @@ def test_details_are_truncated(pool):
 def test_a_bad_worker_count_setting_is_a_loud_error(monkeypatch):
     monkeypatch.setattr(vmath, "_POOL", None)
     monkeypatch.setenv(vmath.WORKERS_ENV, "many")
-    s = score_math("\\boxed{1}", "1")
+    s = score_math("\\boxed{\\frac{1}{2}}", "1/2")  # not a lone integer: needs the pool
     assert s.status == "error"
     assert "$SCALERL_VERIFY_WORKERS='many': expected a positive integer" in s.detail
 
