@@ -189,3 +189,10 @@ def test_memory_is_explicit_and_reported(engine, engine_config):
     print(f"\nengine resident memory: {mem}")
     assert mem["processes"] >= 2  # this process + the engine core (+ its worker)
     assert 0 < mem["children_mb"] < 8 * 1024
+
+
+def test_engine_start_freezes_the_gc_heap(engine):
+    import gc
+
+    # the torch/transformers/vLLM heap is never rescanned by a full collection
+    assert gc.get_freeze_count() > 100_000
