@@ -150,9 +150,10 @@ def check(candidate):
     assert abs(candidate(1.0) - 2.0 / 4.0) < 1e-6
     assert math.fabs(0.5 - candidate(2)) <= 1e-3
     assert tuple(candidate([1])) == tuple([1, 2])
-    assert True
+    assert (True)
 """
-    # The last line of `src` is a constant assert: it calls nothing, so it yields no case.
+    # The last line of `src` is a constant assert (the same AST as without the parentheses): it
+    # calls nothing, so it yields no case.
     cases = convert_check(src)
     assert [(c.op, c.args, c.expected, c.tol) for c in cases] == [
         ("eq", (1, 2), 3, 0.0), ("eq", (4, 0), [4], 0.0), ("is", ("a",), True, 0.0),

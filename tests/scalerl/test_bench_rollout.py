@@ -7,21 +7,14 @@ regression that halves throughput fails; the 0.9 target is reported, not asserte
 shared machine).
 """
 
-import json
-import subprocess
-import sys
-
 import pytest
+from bench_cli import bench_json
 
 pytestmark = pytest.mark.slow
 
 
 def test_bench_rollout_measures_every_path_in_one_run():
-    cmd = [sys.executable, "-m", "scalerl", "bench", "rollout", "--json", "--prompts", "32",
-           "--n", "4", "--repeats", "2"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = bench_json("rollout", "--prompts", "32", "--n", "4", "--repeats", "2")
     assert out["rollouts"] == 128 and out["repeats"] == 2
     for key in ("bare_vllm_tok_s", "bare_vllm_same_params_tok_s", "engine_tok_s",
                 "engine_scored_tok_s", "engine_scored_until_last_verdict_tok_s"):

@@ -4,21 +4,15 @@ Slow: two short real runs (vLLM-CPU engine each). The figures themselves are mac
 this checks that each is measured (positive, consistent with the steps taken), not their size.
 """
 
-import json
-import subprocess
-import sys
-
 import pytest
+from bench_cli import bench_json
 
 pytestmark = pytest.mark.slow
 
 
 def test_bench_train_reports_ppo_and_pipelinerl_side_by_side():
-    cmd = [sys.executable, "-m", "scalerl", "bench", "train", "--json", "--steps", "3",
-           "--set", "offpolicy.prompts_per_step=4", "--set", "offpolicy.rollouts_per_prompt=4"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = bench_json("train", "--steps", "3", "--set", "offpolicy.prompts_per_step=4",
+                     "--set", "offpolicy.rollouts_per_prompt=4")
     modes = {r["mode"]: r for r in out["results"]}
     assert set(modes) == {"ppo", "pipelinerl"}
     for r in modes.values():

@@ -7,9 +7,8 @@ verdict, and that every adversarial input finishes within its deadline plus the 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
+
+from bench_cli import bench_json
 
 from scalerl.benches import verify
 from scalerl.benches.verify import adversarial_inputs, make_mix
@@ -31,13 +30,7 @@ def test_adversarial_inputs_are_what_the_issue_names():
 
 
 def test_bench_verify_quick_json():
-    proc = subprocess.run(
-        [sys.executable, "-m", "scalerl", "bench", "verify", "--quick", "--json",
-         "--prompts", "6", "--timeout", "2"],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(proc.stdout)
+    result = bench_json("verify", "--quick", "--prompts", "6", "--timeout", "2", timeout_s=300)
     assert result["items"] == 6 * 8
     assert result["baseline_per_s"] > 0 and result["pool_per_s"] > 0
     assert abs(result["ratio"] - result["pool_per_s"] / result["baseline_per_s"]) < 0.02
