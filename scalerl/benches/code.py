@@ -16,12 +16,15 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from scalerl.benches import positive_int
+
 HELP = "code grading problems/s (score_code in the sandbox) vs bare exit-code subprocesses"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--n", type=int, default=164, help="HumanEval problems (default all 164)")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+    parser.add_argument("--n", type=positive_int, default=164,
+                        help="HumanEval problems (default all 164)")
+    parser.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                         help="problems graded at once (default: CPU count)")
     parser.add_argument("--backend", default=None, help="sandbox backend (default: bwrap)")
     parser.add_argument("--synth", type=int, default=100,

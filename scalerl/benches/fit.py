@@ -13,13 +13,16 @@ import time
 
 import numpy as np
 
+from scalerl.benches import positive_int
+
 HELP = "sigmoid fit: vectorised grid solve vs the paper's curve_fit loop (same grid, same answer)"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="a 15 x 20 grid instead of the default 71 x 100 (for tests)")
-    parser.add_argument("--repeats", type=int, default=3, help="vectorised fits timed (best of)")
+    parser.add_argument("--repeats", type=positive_int, default=3,
+                        help="vectorised fits timed (best of)")
     parser.add_argument("--bootstrap", type=int, default=20, help="bootstrap resamples timed")
 
 

@@ -14,16 +14,20 @@ import argparse
 import json
 import time
 
+from scalerl.benches import positive_int
+
 HELP = "generation tokens/s: Generator with scoring vs without vs bare vllm.LLM.generate"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="tiny", help="model dir or 'tiny' (default)")
     parser.add_argument("--task", default="arith", help="prompts and verifier (default arith)")
-    parser.add_argument("--prompts", type=int, default=128, help="prompts (default 128)")
-    parser.add_argument("--n", type=int, default=4, help="rollouts per prompt (default 4)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed passes each (best kept)")
-    parser.add_argument("--max-tokens", type=int, default=96, help="completion cap (default 96)")
+    parser.add_argument("--prompts", type=positive_int, default=128, help="prompts (default 128)")
+    parser.add_argument("--n", type=positive_int, default=4, help="rollouts per prompt (default 4)")
+    parser.add_argument("--repeats", type=positive_int, default=3,
+                        help="timed rounds (best kept; default 3)")
+    parser.add_argument("--max-tokens", type=positive_int, default=96,
+                        help="completion cap (default 96)")
 
 
 SETTLE_S = 1.5

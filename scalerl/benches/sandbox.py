@@ -17,17 +17,22 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from scalerl.benches import positive_int
+
 PROGRAM = "import sys\nn = int(sys.stdin.read())\nprint(sum(i * i for i in range(n)))\n"
 STDIN = b"1000"
 EXPECTED = str(sum(i * i for i in range(1000))).encode() + b"\n"
+
 HELP = "sandboxed programs/s per backend vs bare python subprocesses, plus grader RSS"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--n", type=int, default=200, help="programs per backend (default 200)")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+    parser.add_argument("--n", type=positive_int, default=200,
+                        help="programs per backend (default 200)")
+    parser.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                         help="concurrent programs (default: CPU count)")
-    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds (default 4)")
+    parser.add_argument("--rounds", type=positive_int, default=4,
+                        help="interleaved rounds (default 4)")
     parser.add_argument("--rss-runs", type=int, default=1000,
                         help="programs run while watching grader RSS (default 1000; 0 = skip)")
     parser.add_argument("--backend", action="append",

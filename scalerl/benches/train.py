@@ -16,11 +16,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from scalerl.benches import positive_int
+
 HELP = "trainer tokens/s and generator/trainer idle shares per off-policy mode (PPO, PipelineRL)"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=30,
+    parser.add_argument("--steps", type=positive_int, default=30,
                         help="optimizer steps per mode (PipelineRL needs ~10 to fill its pipe)")
     parser.add_argument("--modes", default="ppo,pipelinerl",
                         help="comma-separated offpolicy modes to measure (ppo, pipelinerl)")

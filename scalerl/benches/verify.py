@@ -18,6 +18,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from scalerl.benches import positive_int
+
 HELP = "math verifications/s through the worker pool vs serial in-process math-verify"
 
 # (gold as MATH/Polaris store it, answers that are right, answers that are wrong)
@@ -27,12 +29,12 @@ Problem = tuple[str, list[str], list[str]]
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="a smaller mix, one round and fewer adversarial inputs (for tests)")
-    parser.add_argument("--workers", type=int, default=None,
+    parser.add_argument("--workers", type=positive_int, default=None,
                         help="pool processes (default: min(4, cpu count))")
-    parser.add_argument("--prompts", type=int, default=None,
+    parser.add_argument("--prompts", type=positive_int, default=None,
                         help="distinct problems per round (default 30 in each of 6 rounds; "
                         "quick: 16, one round)")
-    parser.add_argument("--samples", type=int, default=8,
+    parser.add_argument("--samples", type=positive_int, default=8,
                         help="completions per problem, as in RL groups (default 8)")
     parser.add_argument("--timeout", type=float, default=5.0,
                         help="per-check deadline in seconds for the pool (default 5)")

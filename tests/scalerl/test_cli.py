@@ -27,3 +27,19 @@ def test_every_subcommand_has_help(name):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert f"scalerl {name}" in proc.stdout
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["bench", "rollout", "--repeats", "0"], "--repeats"),
+    (["bench", "train", "--steps", "-3"], "--steps"),
+    (["bench", "sandbox", "--n", "many"], "--n"),
+    (["bench", "verify", "--samples", "0"], "--samples"),
+    (["bench", "fit", "--repeats", "0"], "--repeats"),
+    (["bench", "code", "--workers", "0"], "--workers"),
+])
+def test_bench_counts_must_be_positive(argv, option, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"argument {option}: expected a positive integer, got" in err
