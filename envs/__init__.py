@@ -1,9 +1,22 @@
-"""Task environments: the Sample/Score/Task contracts, the registry, data and splits, verifiers.
+"""Task environments: Sample/Score/Task, the registries and the catalog, data and splits, verifiers.
 
-Import `scalerl.envs` to get the contracts and `get_task`; verifiers live in `envs/math.py` and
-`envs/code.py`. Nothing here generates text or trains; nothing here imports rollout or trainer.
+`import scalerl.envs` gives the contracts (`Sample`, `Score`, `Task`), the ways to register tasks
+and kinds, and the catalog's lookups (`get_task`, `get_kind`, `task_names`), which see the
+built-ins, `scalerl.tasks` plugins and `$SCALERL_TASKS` files. The verifiers live in `envs/math/`
+and `envs/code/`. Nothing here generates text or trains; nothing here imports rollout or trainer.
 """
 
-from scalerl.envs.base import STATUSES, Sample, Score, Task
+from scalerl.envs.base import SPLITS, STATUSES, Sample, Score
+from scalerl.envs.catalog import get_kind, get_task, task_names
+from scalerl.envs.registry import (
+    Kind,
+    UnknownTaskError,
+    register_kind,
+    register_task,
+    register_task_prefix,
+)
+from scalerl.envs.task import Task
 
-__all__ = ["STATUSES", "Sample", "Score", "Task"]
+__all__ = ["SPLITS", "STATUSES", "Kind", "Sample", "Score", "Task", "UnknownTaskError",
+           "get_kind", "get_task", "register_kind", "register_task", "register_task_prefix",
+           "task_names"]

@@ -1,15 +1,15 @@
-"""The contracts every other part relies on: `Sample`, `Score` and `Task`.
+"""The shapes every other part relies on: `Sample` and `Score`, the statuses and splits.
 
 A `Sample` is one prompt of one task plus the gold data its verifier needs. A `Score` is one
-verdict, with a status that never hides a verifier's own failure. A `Task` yields samples per split
-and scores completions. This module defines the shapes only: no I/O, no verifiers, no registry.
+verdict, with a status that never hides a verifier's own failure; `reward_for` maps a status to
+the reward. This module defines shapes only: no I/O, no verifiers, no registry, and not the `Task`
+base class (envs/task.py).
 """
 
 from __future__ import annotations
 
-import abc
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -33,7 +33,7 @@ class Sample:
     answer: str | None = None
     """Gold answer for math tasks (raw LaTeX or plain text)."""
     tests: Mapping[str, Any] | None = None
-    """Gold tests for code tasks (`stdio`, `call` or `assert` format, see envs/code.py)."""
+    """Gold tests for code tasks (`stdio`, `call` or `assert` format, see envs/code/verifier.py)."""
     meta: Mapping[str, Any] = field(default_factory=dict)
     """Free-form extra fields (difficulty, source row, ...); never read by verifiers."""
 
@@ -103,43 +103,6 @@ def truncate(text: str, limit: int = 300) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}...[+{len(text) - limit} chars]"
-
-
-class Task(abc.ABC):
-    """A task: a name, a kind, splits, samples per split, and a verifier.
-
-    Subclasses set `name` and `kind`, implement `samples(split)` and `score(sample, completion)`.
-    `score` must never raise: a verifier failure is `Score(status="error")` or `"timeout"`.
-    """
-
-    name: str = ""
-    kind: str = ""
-    splits: tuple[str, ...] = ("train", "test")
-    system_prompt: str | None = None
-    requires_thinking: bool = False
-    source: str = ""
-    """Where the data comes from (a path, a package, a generator), shown by `scalerl tasks list`."""
-
-    @abc.abstractmethod
-    def samples(self, split: str) -> Sequence[Sample]:
-        """All samples of `split`; raises ValueError naming the valid splits for an unknown one."""
-
-    @abc.abstractmethod
-    def score(self, sample: Sample, completion: str) -> Score:
-        """Verdict on `completion` for `sample`. Never raises."""
-
-    def check_split(self, split: str) -> None:
-        if split not in self.splits:
-            raise ValueError(
-                f"task {self.name!r} has no split {split!r}; valid: {', '.join(self.splits)}"
-            )
-
-    def sample_by_id(self, sample_id: str) -> Sample:
-        for split in self.splits:
-            for s in self.samples(split):
-                if s.id == sample_id:
-                    return s
-        raise KeyError(f"task {self.name!r} has no sample {sample_id!r}")
 
 
 def dumps(obj: Any) -> str:

@@ -1,35 +1,28 @@
 """`FileTask`: a task made from a data file, field names and a kind (`math`, `code`, a user's).
 
-Rows are loaded with `datasets` (envs/data.py), mapped into Samples (the gold into the kind's
-`gold_field`), deduplicated and split by a hash of the normalised prompt; an explicit held-out
-file overrides the hash split for `test` and its prompts are removed from train. Scoring is the
-kind's `score(sample, completion, options)`. Nothing here parses answers or runs code.
+Rows are loaded with `datasets` (envs/data.py), mapped into Samples (the gold, read by the kind's
+`read_gold` from its `gold_columns`, into the kind's `gold_field`), deduplicated and split by a
+hash of the normalised prompt; an explicit held-out file overrides the hash split for `test` and
+its prompts are removed from train. Scoring is the kind's verifier (the Task default). Nothing
+here parses answers or runs code; the built-in kinds are imported so `FileTask(name, "math", ...)`
+works without the catalog.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scalerl.envs.base import Sample, Score, Task, reward_for, truncate
+from scalerl.envs.base import Sample
+from scalerl.envs.code import verifier as _code_kind  # noqa: F401 - registers the `code` kind
 from scalerl.envs.data import DataError, assign_splits, check_fractions, load_rows, prompt_key
-from scalerl.envs.registry import get_kind
+from scalerl.envs.math import verifier as _math_kind  # noqa: F401 - registers the `math` kind
+from scalerl.envs.registry import GoldReader, lookup_kind
+from scalerl.envs.task import Task
 
 PROMPT_COLUMNS: tuple[str, ...] = ("prompt", "problem", "question")
 """Columns tried, in order, for the prompt after the one `fields` names (a data file and its
 held-out file may differ: Polaris-style `answer` in one, MATH-style `solution` in the other)."""
-
-GoldReader = Callable[[Any, str], Any]
-"""reader(raw value, column name) -> gold value; raises ValueError saying what is wrong."""
-_GOLD_READERS: dict[str, tuple[tuple[str, ...], GoldReader | None]] = {}
-
-
-def register_gold_reader(
-    kind: str, columns: Sequence[str], reader: GoldReader | None = None
-) -> None:
-    """Default gold columns (tried in order) and an optional converter for a kind's gold field."""
-    _GOLD_READERS[kind] = (tuple(columns), reader)
 
 
 class FileTask(Task):
@@ -64,8 +57,6 @@ class FileTask(Task):
         self.options = dict(options or {})
         self.splits = ("train", "val", "test") if val_fraction > 0 else ("train", "test")
         self.source = self.data + (f" (held out: {self.test_data})" if self.test_data else "")
-        self._samples: dict[str, tuple[Sample, ...]] | None = None
-        self._lock = threading.Lock()
         self.duplicates = 0
         """Rows dropped as duplicates (within the data, or of a held-out prompt), once loaded."""
 
@@ -73,23 +64,10 @@ class FileTask(Task):
     def system_prompt(self) -> str | None:  # type: ignore[override]
         if self._system_prompt is not None:
             return self._system_prompt
-        return get_kind(self.kind).system_prompt
+        return lookup_kind(self.kind).system_prompt
 
-    def samples(self, split: str) -> tuple[Sample, ...]:
-        self.check_split(split)
-        with self._lock:  # built once, even when several threads ask at once
-            if self._samples is None:
-                self._samples = self._load()
-        return self._samples[split]
-
-    def score(self, sample: Sample, completion: str) -> Score:
-        options = {"requires_thinking": self.requires_thinking, **self.options}
-        try:
-            return get_kind(self.kind).score(sample, completion, options)
-        except Exception as exc:  # a verifier bug is an `error` verdict, never a silent wrong
-            return Score("error", reward_for("error"), truncate(f"{type(exc).__name__}: {exc}"))
-
-    def _load(self) -> dict[str, tuple[Sample, ...]]:
+    def build_splits(self) -> dict[str, tuple[Sample, ...]]:
+        """Every split at once: the held-out file's prompts must be kept out of train."""
         samples, keys = self._read(self.data)
         heldout: list[Sample] = []
         if self.test_data:
@@ -119,7 +97,7 @@ class FileTask(Task):
         columns = list(rows[0])
         prompt_col = self._prompt_column(source, columns)
         gold_col, reader = self._gold_column(source, columns)
-        gold_field = get_kind(self.kind).gold_field
+        gold_field = lookup_kind(self.kind).gold_field
         id_col = self.fields.get("id", "id" if "id" in columns else None)
         if id_col and id_col not in columns:
             raise DataError(f"{source}: no id field {id_col!r}; fields: {', '.join(columns)}")
@@ -151,8 +129,9 @@ class FileTask(Task):
         )
 
     def _gold_column(self, source: str, columns: list[str]) -> tuple[str, GoldReader | None]:
-        gold_field = get_kind(self.kind).gold_field
-        default_cols, reader = _GOLD_READERS.get(self.kind, ((gold_field,), None))
+        kind = lookup_kind(self.kind)
+        gold_field, reader = kind.gold_field, kind.read_gold
+        default_cols = kind.gold_columns or (gold_field,)
         col = self.fields.get(gold_field) or self.fields.get("gold")
         candidates = tuple(dict.fromkeys((col, *default_cols) if col else default_cols))
         for c in candidates:

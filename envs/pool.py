@@ -139,7 +139,7 @@ class Pool:
         start_method: str | None = None,
         memory_bytes: int | None = 2 << 30,
     ) -> None:
-        self.size = size or default_size()
+        self.size = default_size() if size is None else size
         if self.size < 1:
             raise ValueError(f"pool size must be >= 1, got {size}")
         method = start_method or (

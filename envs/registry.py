@@ -1,35 +1,25 @@
-"""The task registry: three ways in (decorator, task spec file, `scalerl.tasks` entry points).
+"""The registries: task names, task-name prefixes and task kinds, and raw lookups into them.
 
-Also the registry of task *kinds* (`math`, `code`, or a user's): a kind knows how to score a
-sample of its kind, which gold field it needs and which system prompt it uses, so a data file plus
-field names is enough to make a task. Looking up an unknown name fails with one line listing the
-known names. This module does no data loading and no scoring itself.
+A kind (`math`, `code`, or a user's) knows how to score a sample of its kind, which gold field it
+needs, how to read that gold from a data file's row and which system prompt it uses, so a data
+file plus field names is enough to make a task. Lookups here are raw: they see only what has been
+registered so far and fail with one line listing the known names. Loading built-ins, plugins and
+task files is envs/catalog.py's job; this module loads nothing, scores nothing, reads no data.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from scalerl.envs.base import Sample, Score, Task
+from scalerl.envs.base import Sample, Score
 
-ENTRY_POINT_GROUP = "scalerl.tasks"
-SPEC_PATH_ENV = "SCALERL_TASKS"
-"""os.pathsep-separated task files registered at first lookup: YAML/JSON specs, or `.py` files
-of `@register_task` classes (imported)."""
+if TYPE_CHECKING:
+    from scalerl.envs.task import Task
 
-# Modules that register the built-in tasks and kinds when imported.
-BUILTIN_MODULES: tuple[str, ...] = (
-    "scalerl.envs.math",
-    "scalerl.envs.math_tasks",
-    "scalerl.envs.arith",
-    "scalerl.envs.reasoning_gym",
-    "scalerl.envs.code_tasks",
-)
+GoldReader = Callable[[Any, str], Any]
+"""reader(raw value, column name) -> gold value; raises ValueError saying what is wrong."""
 
 
 class UnknownTaskError(KeyError):
@@ -50,35 +40,41 @@ class Kind:
     """The Sample field the verifier needs: `answer` or `tests`."""
     system_prompt: str
     """Default system prompt for tasks of this kind."""
+    gold_columns: tuple[str, ...] = ()
+    """Data-file columns tried, in order, for the gold (empty: the column named `gold_field`)."""
+    read_gold: GoldReader | None = None
+    """Converts a row's raw gold value (e.g. a MATH solution -> its boxed answer); None: as is."""
 
 
-TaskFactory = Callable[[], Task]
+TaskFactory = Callable[[], "Task"]
+PrefixFactory = Callable[[str], "Task"]
 _TASKS: dict[str, TaskFactory] = {}
-_PREFIXES: dict[str, Callable[[str], Task]] = {}
+_PREFIXES: dict[str, PrefixFactory] = {}
 _PREFIX_HELP: dict[str, str] = {}
 _KINDS: dict[str, Kind] = {}
-_INSTANCES: dict[str, Task] = {}
-_loaded = False
+_INSTANCES: dict[str, Any] = {}
+"""Tasks built so far, by name (each is built once)."""
 
 
+# --- kinds ---------------------------------------------------------------------------------------
 def register_kind(kind: Kind) -> Kind:
     _KINDS[kind.name] = kind
     return kind
 
 
-def get_kind(name: str) -> Kind:
-    _ensure_loaded()
+def lookup_kind(name: str) -> Kind:
+    """The kind registered as `name`; UnknownTaskError listing the known kinds otherwise."""
     if name not in _KINDS:
         known = ", ".join(sorted(_KINDS))
         raise UnknownTaskError(f"unknown task kind {name!r}; known kinds: {known}")
     return _KINDS[name]
 
 
-def kinds() -> list[str]:
-    _ensure_loaded()
+def kind_names() -> list[str]:
     return sorted(_KINDS)
 
 
+# --- tasks and prefixes --------------------------------------------------------------------------
 def register_task(name: str, *, replace: bool = False) -> Callable:
     """Decorator: register a Task subclass (instantiated with no arguments) or a factory."""
 
@@ -98,10 +94,16 @@ def add_task(name: str, factory: TaskFactory, *, replace: bool = False) -> None:
     _INSTANCES.pop(name, None)
 
 
+def remove_task(name: str) -> None:
+    """Forget a registered task (tests, or a spec re-registered after an edit)."""
+    _TASKS.pop(name, None)
+    _INSTANCES.pop(name, None)
+
+
 def register_task_prefix(prefix: str, *, description: str = "") -> Callable:
     """Decorator: register a factory for every name `prefix:<rest>`, called as factory(rest)."""
 
-    def deco(factory: Callable[[str], Task]) -> Callable[[str], Task]:
+    def deco(factory: PrefixFactory) -> PrefixFactory:
         _PREFIXES[prefix] = factory
         _PREFIX_HELP[prefix] = description or (factory.__doc__ or "").strip().split("\n")[0]
         return factory
@@ -109,70 +111,38 @@ def register_task_prefix(prefix: str, *, description: str = "") -> Callable:
     return deco
 
 
-def get_task(name: str) -> Task:
-    """The task registered under `name` (built once, then cached)."""
-    _ensure_loaded()
+def factory_of(name: str) -> Callable[..., Any]:
+    """The factory that builds task `name` (a prefix's factory for `prefix:<rest>`)."""
+    if name in _TASKS:
+        return _TASKS[name]
+    prefix = name.split(":", 1)[0] if ":" in name else None
+    if prefix in _PREFIXES:
+        return _PREFIXES[prefix]
+    known = sorted(_TASKS) + [f"{p}:<name>" for p in sorted(_PREFIXES)]
+    raise UnknownTaskError(f"unknown task {name!r}; known tasks: {', '.join(known)}")
+
+
+def lookup_task(name: str) -> Any:
+    """What the factory of `name` built (once, then cached); a task without a name gets `name`.
+
+    Whether the object is a Task is the caller's check (envs/catalog.py): this module does not
+    import the Task class.
+    """
     if name in _INSTANCES:
         return _INSTANCES[name]
-    if name in _TASKS:
-        task = _TASKS[name]()
-    elif ":" in name and name.split(":", 1)[0] in _PREFIXES:
-        prefix, rest = name.split(":", 1)
-        task = _PREFIXES[prefix](rest)
-    else:
-        known = sorted(_TASKS) + [f"{p}:<name>" for p in sorted(_PREFIXES)]
-        raise UnknownTaskError(f"unknown task {name!r}; known tasks: {', '.join(known)}")
-    if not task.name:
+    factory = factory_of(name)  # UnknownTaskError for an unknown name
+    task = factory() if name in _TASKS else factory(name.split(":", 1)[1])  # prefix:<rest>
+    if getattr(task, "name", None) == "":
         task.name = name
     _INSTANCES[name] = task
     return task
 
 
 def task_names() -> list[str]:
-    _ensure_loaded()
+    """Names registered so far (prefix families excluded)."""
     return sorted(_TASKS)
 
 
-def remove_task(name: str) -> None:
-    """Forget a registered task (tests, or a spec re-registered after an edit)."""
-    _TASKS.pop(name, None)
-    _INSTANCES.pop(name, None)
-
-
 def prefixes() -> dict[str, str]:
-    """Registered prefixes and their one-line descriptions."""
-    _ensure_loaded()
+    """Prefixes registered so far, with their one-line descriptions."""
     return {p: _PREFIX_HELP.get(p, "") for p in sorted(_PREFIXES)}
-
-
-def load_entry_points() -> None:
-    """Import every `scalerl.tasks` entry point; each registers tasks when loaded.
-
-    An entry point may point at a module (registering on import), a Task subclass, or a
-    zero-argument factory; the latter two are registered under the entry point's name.
-    """
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            obj = ep.load()
-        except Exception as exc:  # a broken plugin is named, not hidden
-            dist = ep.dist.name if ep.dist else "?"
-            raise RuntimeError(
-                f"task plugin {ep.name} = {ep.value} (from {dist}) failed to load: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        if callable(obj) and ep.name not in _TASKS:
-            add_task(ep.name, obj)
-
-
-def _ensure_loaded() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
-    load_entry_points()
-    for path in filter(None, os.environ.get(SPEC_PATH_ENV, "").split(os.pathsep)):
-        from scalerl.envs.spec import register_task_file
-
-        register_task_file(path)

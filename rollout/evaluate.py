@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from scalerl.envs.base import STATUSES, Sample, Task
+from scalerl.envs.base import STATUSES, Sample
+from scalerl.envs.task import Task
 from scalerl.rollout.types import FINISH_REASONS, Budget, Rollout
 
 
@@ -256,7 +257,7 @@ def eval_samples(task: Task, split: str = "test", limit: int | None = None) -> l
 
 
 def resolve_tasks(tasks: Sequence[Task | str]) -> list[Task]:
-    from scalerl.envs.registry import get_task
+    from scalerl.envs.catalog import get_task
 
     return [get_task(t) if isinstance(t, str) else t for t in tasks]
 

@@ -1,9 +1,10 @@
 """Streaming scoring: each completion is scored as soon as it finishes, beside generation.
 
 `Scorer.submit(sample, completion)` hands the verdict to a thread pool (the task's verifier
-itself may use the math process pool or the sandbox) and returns a Future. A verifier that
-raises becomes `Score(status="error")` with the exception in `detail`: nothing escapes into
-the engine. Per-task latency (queue + verification) is recorded. It does not generate.
+itself may use the math process pool or the sandbox) and returns a Future. `Task.score` never
+raises (a verifier that raises is `Score(status="error")`, envs/task.py), and an unknown task is
+an `error` verdict too: nothing escapes into the engine. Per-task latency (queue + verification)
+and status counts are recorded here. It does not generate.
 """
 
 from __future__ import annotations
@@ -15,40 +16,18 @@ from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from scalerl.envs.base import Sample, Score, Task, reward_for, truncate
+from scalerl.envs.base import Sample, Score, reward_for, truncate
+from scalerl.envs.catalog import get_task
+from scalerl.envs.task import Task
 
 TaskLookup = Callable[[str], Task]
-
-
-def safe_score(task: Task, sample: Sample, completion: str) -> Score:
-    """`task.score`, with an exception turned into an `error` Score naming it."""
-    start = time.perf_counter()
-    try:
-        score = task.score(sample, completion)
-    except Exception as exc:  # a broken verifier is a status, never a crash or a silent 0
-        return Score(
-            status="error", reward=reward_for("error"),
-            detail=truncate(f"verifier {task.name!r} raised {type(exc).__name__}: {exc}"),
-            latency_s=time.perf_counter() - start,
-        )
-    if not isinstance(score, Score):
-        return Score(
-            status="error", reward=reward_for("error"),
-            detail=f"verifier {task.name!r} returned {type(score).__name__}, not Score",
-            latency_s=time.perf_counter() - start,
-        )
-    return score
 
 
 class Scorer:
     """Scores completions on a thread pool; records latency per task."""
 
     def __init__(self, max_workers: int = 4, lookup: TaskLookup | None = None) -> None:
-        if lookup is None:
-            from scalerl.envs.registry import get_task
-
-            lookup = get_task
-        self._lookup = lookup
+        self._lookup = lookup or get_task
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="scorer")
         self._lock = threading.Lock()
         self._latency: dict[str, list[float]] = defaultdict(list)
@@ -66,7 +45,7 @@ class Scorer:
             return fut
 
         def work() -> Score:
-            score = safe_score(task, sample, completion)
+            score = task.score(sample, completion)  # never raises (envs/task.py)
             with self._lock:
                 self._latency[sample.task].append(time.perf_counter() - submitted)
                 self._statuses[sample.task][score.status] += 1

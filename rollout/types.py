@@ -30,7 +30,7 @@ class Budget:
     answer: int = 2048
     """Tokens allowed after `</think>` (natural or forced)."""
     total: int | None = None
-    """Hard cap on generated tokens (forced ones included); default thinking max + answer."""
+    """Hard cap on generated tokens (forced ones included); None: see `hard_cap`."""
     phrase: str = INTERRUPTION_PHRASE
     """Text injected when thinking reaches its budget without `</think>`."""
 
@@ -43,6 +43,8 @@ class Budget:
             raise ValueError(f"Budget.thinking must be > 0, got {self.thinking}")
         if self.answer <= 0:
             raise ValueError(f"Budget.answer must be > 0, got {self.answer}")
+        if self.total is not None and self.total <= 0:
+            raise ValueError(f"Budget.total must be > 0 or null, got {self.total}")
 
     @property
     def max_thinking(self) -> int:
@@ -50,9 +52,16 @@ class Budget:
             return 0
         return self.thinking[1] if isinstance(self.thinking, tuple) else self.thinking
 
-    @property
-    def hard_cap(self) -> int:
-        return self.total if self.total is not None else self.max_thinking + self.answer
+    def hard_cap(self, phrase_len: int, thinking: int | None = None) -> int:
+        """The most completion tokens a rollout may hold, forced ones included: `total` when set,
+        else thinking + phrase + answer, so the forced phrase never eats into the answer budget.
+        `thinking` is one rollout's sampled budget (default: the largest this budget allows);
+        with no thinking format the answer budget alone applies."""
+        if self.total is not None:
+            return self.total
+        if self.thinking is None:
+            return self.answer
+        return (self.max_thinking if thinking is None else thinking) + phrase_len + self.answer
 
 
 @dataclass(frozen=True)

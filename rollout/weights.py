@@ -23,7 +23,7 @@ class PrecisionMismatchError(ValueError):
 
 
 def check_precision_match(generator_fp32_head: bool, trainer_fp32_head: bool) -> None:
-    """Raise when only one side computes the LM head in FP32 (ScaleRL §2.7: both or neither)."""
+    """Raise when only one side computes the LM head in FP32 (ScaleRL §3.2: both or neither)."""
     if generator_fp32_head != trainer_fp32_head:
         raise PrecisionMismatchError(
             f"FP32 LM head must match on both sides: generator fp32_head={generator_fp32_head}, "

@@ -1,9 +1,11 @@
 """Sandbox: run untrusted programs under bubblewrap, docker or (loudly) bare rlimits.
 
-`get_backend()` picks `bwrap` (warm bubblewrap workers) where it works, else docker; `bwrap-cold`
-(a fresh sandbox per run, slower) and `process` (no boundary) only when named. Backends keep warm
-state, so one instance per name is shared per process (`close_all()` releases them).
-Shapes (`Limits`, `ExecResult`) live in `base.py`; each backend in its own module.
+`get_backend()` gives the shared instance of a backend: the configured one (`configure`), else
+`bwrap` (warm bubblewrap workers) where it works, else docker; `bwrap-cold` (a fresh sandbox per
+run, slower) and `process` (no boundary) only when named. Backends keep warm state, so one
+instance per name is shared per process (`close_all()` releases them). Not here: the backends
+themselves (one module each: bwrap_warm, bwrap_cold, docker, process), the shapes (`Limits`,
+`ExecResult` in base.py), the programs that run inside the sandbox (inside/).
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import os
 import threading
 
 # Importing a backend module registers it.
-from scalerl.sandbox import bwrap as _bwrap  # noqa: F401
+from scalerl.sandbox import bwrap_cold as _bwrap_cold  # noqa: F401
+from scalerl.sandbox import bwrap_warm as _bwrap_warm  # noqa: F401
 from scalerl.sandbox import process as _process  # noqa: F401
-from scalerl.sandbox import warm as _warm  # noqa: F401
 from scalerl.sandbox.base import BACKENDS, Backend, ExecResult, Limits, register_backend
+from scalerl.sandbox.config import SandboxConfig
+from scalerl.sandbox.pool import Job, SandboxPool
 
 try:  # the docker backend needs the `docker` SDK; bwrap/process must work without it
     from scalerl.sandbox import docker as _docker  # noqa: F401
@@ -26,14 +30,42 @@ else:
     _DOCKER_IMPORT_ERROR = ""
 
 DEFAULT_ORDER = ("bwrap", "docker")
-"""Backends `get_backend(None)` may choose, best first. `process` is never chosen implicitly."""
+"""Backends `get_backend(None)` may choose when none is configured, best first. `process` is
+never chosen implicitly."""
 
-_shared: dict = {}
-"""name -> shared Backend, plus '__pid__': the process that made them."""
+_config = SandboxConfig()
+_shared: dict[str, tuple[Backend, int | None]] = {}
+"""name -> (shared Backend, the `workers` it was built with)."""
+_owner_pid = os.getpid()
+"""The process that built `_shared`: a forked child must not share its parent's warm workers."""
 _lock = threading.Lock()
 
-__all__ = ["Backend", "ExecResult", "Limits", "available_backends", "close_all", "get_backend",
+__all__ = ["Backend", "ExecResult", "Job", "Limits", "SandboxConfig", "SandboxPool",
+           "available_backends", "close_all", "configure", "current_config", "get_backend",
            "register_backend"]
+
+
+def configure(config: SandboxConfig) -> None:
+    """Set the process-wide sandbox config (call it at start-up, before runs are in flight).
+
+    Shared backends built with another `workers` are closed, so the next `get_backend` builds
+    them with the new count; runs still in flight on them end as sandbox errors.
+    """
+    global _config
+    if not isinstance(config, SandboxConfig):
+        raise TypeError(f"configure() takes a SandboxConfig, got {type(config).__name__}")
+    with _lock:
+        _config = config
+        _forget_if_forked()
+        stale = [name for name, (_, workers) in _shared.items() if workers != config.workers]
+        backends = [_shared.pop(name)[0] for name in stale]
+    for backend in backends:
+        backend.close()
+
+
+def current_config() -> SandboxConfig:
+    """The process-wide sandbox config (`SandboxConfig()` until `configure` is called)."""
+    return _config
 
 
 def available_backends() -> dict[str, tuple[bool, str]]:
@@ -45,39 +77,53 @@ def available_backends() -> dict[str, tuple[bool, str]]:
 
 
 def get_backend(name: str | None = None) -> Backend:
-    """The shared instance of backend `name` (None: bwrap, else docker, whichever works here)."""
+    """The shared instance of backend `name` (None: the configured backend, else bwrap, else
+    docker, whichever works here); `process` gives a fresh instance, which warns, every time."""
+    config = _config
     if name is None:
-        reasons = []
-        for candidate in DEFAULT_ORDER:
-            if candidate in BACKENDS:
-                ok, why = BACKENDS[candidate].available()
-                if ok:
-                    return get_backend(candidate)
-                reasons.append(f"{candidate}: {why}")
-        raise RuntimeError("no sandbox backend available (" + "; ".join(reasons) + "); the "
-                           "'process' backend runs code unconfined and must be named explicitly")
+        name = config.backend
+    if name is None:
+        return get_backend(_default_name())
     if name not in BACKENDS:
         raise ValueError(f"unknown sandbox backend {name!r}; known: {sorted(BACKENDS)}")
     ok, why = BACKENDS[name].available()
     if not ok:
         raise RuntimeError(f"sandbox backend {name!r} is not available here: {why}")
     if name == "process":  # warns at every start: a fresh instance each time
-        return BACKENDS[name]()
+        return BACKENDS[name].create(config.workers)
     with _lock:
-        if _shared.get("__pid__") != os.getpid():  # a forked child must not share warm workers
-            _shared.clear()
-            _shared["__pid__"] = os.getpid()
+        _forget_if_forked()
         if name not in _shared:
-            _shared[name] = BACKENDS[name]()
-        return _shared[name]
+            _shared[name] = (BACKENDS[name].create(config.workers), config.workers)
+        return _shared[name][0]
+
+
+def _default_name() -> str:
+    reasons = []
+    for candidate in DEFAULT_ORDER:
+        if candidate in BACKENDS:
+            ok, why = BACKENDS[candidate].available()
+            if ok:
+                return candidate
+            reasons.append(f"{candidate}: {why}")
+    raise RuntimeError("no sandbox backend available (" + "; ".join(reasons) + "); the "
+                       "'process' backend runs code unconfined and must be named explicitly")
+
+
+def _forget_if_forked() -> None:
+    """In a forked child, drop (without closing) the parent's shared backends. Holds `_lock`."""
+    global _owner_pid
+    if _owner_pid != os.getpid():
+        _shared.clear()
+        _owner_pid = os.getpid()
 
 
 @atexit.register
 def close_all() -> None:
-    """Release every shared backend's warm workers (docker containers)."""
+    """Release every shared backend's warm workers (bwrap workers, docker containers)."""
     with _lock:
-        mine = _shared.get("__pid__") == os.getpid()
-        backends = [b for k, b in _shared.items() if k != "__pid__"] if mine else []
+        _forget_if_forked()
+        backends = [backend for backend, _ in _shared.values()]
         _shared.clear()
     for backend in backends:
         backend.close()

@@ -81,6 +81,11 @@ class Backend(abc.ABC):
     name: str = ""
 
     @classmethod
+    def create(cls, workers: int | None = None) -> Backend:
+        """A new instance; `workers` sizes its warm pool where it has one (None: its default)."""
+        return cls()
+
+    @classmethod
     @abc.abstractmethod
     def available(cls) -> tuple[bool, str]:
         """(usable here, reason) without running anything expensive."""
@@ -105,11 +110,14 @@ class Backend(abc.ABC):
         """Release warm workers or containers."""
 
 
-BACKENDS: dict[str, Callable[[], Backend]] = {}
+BACKENDS: dict[str, type[Backend]] = {}
+"""name -> Backend class, filled by `register_backend` as the backend modules are imported."""
 
 
-def register_backend(name: str):
-    def deco(cls):
+def register_backend(name: str) -> Callable[[type[Backend]], type[Backend]]:
+    """Class decorator: register a Backend subclass under `name` (its `name` attribute too)."""
+
+    def deco(cls: type[Backend]) -> type[Backend]:
         cls.name = name
         BACKENDS[name] = cls
         return cls

@@ -3,9 +3,9 @@
 Covered: containers with no network, memory = memory+swap, a pids limit, a CPU quota, a read-only
 root, tmpfs /work and /tmp, uid 65534, every capability dropped, no-new-privileges, no docker
 socket (no volumes at all); a pool of warm containers (a `docker run` costs seconds with vfs), one
-run per container at a time; per run the launcher empties /work and /tmp, runs the program, and
+run per container at a time; per run the supervisor empties /work and /tmp, runs the program, and
 SIGKILLs every process of the sandbox uid before reporting; a container whose run hung, lost its
-launcher or left anything behind is removed and replaced. Not covered: per-run cgroups (limits are
+supervisor or left anything behind is removed and replaced. Not covered: per-run cgroups (limits are
 per container, so containers are keyed by the limits they were made with), seccomp beyond docker's
 default profile, user-namespace remapping of the daemon.
 """
@@ -26,15 +26,15 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from scalerl.sandbox.base import Backend, ExecResult, Limits, register_backend
-from scalerl.sandbox.image import IMAGE
-from scalerl.sandbox.runner import (
-    LAUNCHER_SOURCE,
+from scalerl.sandbox.docker_image import IMAGE
+from scalerl.sandbox.host_run import (
     SANDBOX_ENV,
+    SUPERVISOR_SOURCE,
     Raw,
     build_result,
     check_relpath,
     classify,
-    launcher_cfg,
+    supervisor_cfg,
 )
 
 SANDBOX_USER = "65534:65534"
@@ -44,8 +44,10 @@ REAPER = ("import os, time\nwhile True:\n    try:\n        os.wait()\n"
 killed from inside its PID namespace."""
 LABEL = "scalerl.sandbox"
 HOST_SLACK_S = 5.0
-"""Beyond the wall limit, how long the host waits for the launcher's report before recycling."""
+"""Beyond the wall limit, how long the host waits for the supervisor's report before recycling."""
 DEFAULT_LIMITS = Limits()
+DEFAULT_CONTAINERS = 2
+"""Warm containers per backend instance (runs at once) when `SandboxConfig.workers` is None."""
 
 
 def _client():
@@ -71,7 +73,7 @@ def container_kwargs(limits: Limits) -> dict:
 class DockerBackend(Backend):
     """A pool of warm containers per limits key; see the module docstring."""
 
-    def __init__(self, max_containers: int = 2) -> None:
+    def __init__(self, max_containers: int = DEFAULT_CONTAINERS) -> None:
         self.client = _client()
         self.max_containers = max_containers
         self._idle: dict[tuple, queue.SimpleQueue] = {}
@@ -79,6 +81,10 @@ class DockerBackend(Backend):
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max_containers)
         self._all: set[str] = set()
+
+    @classmethod
+    def create(cls, workers: int | None = None) -> DockerBackend:
+        return cls(max_containers=workers or DEFAULT_CONTAINERS)
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -164,7 +170,7 @@ class DockerBackend(Backend):
     def run(self, argv: list[str], *, stdin: bytes = b"", files: Mapping[str, bytes] | None = None,
             limits: Limits = DEFAULT_LIMITS, collect: tuple[str, ...] = ()) -> ExecResult:
         files = {check_relpath(k): v for k, v in (files or {}).items()}
-        cfg = launcher_cfg(argv, limits, cwd="/work", collect=collect, kill="all")
+        cfg = supervisor_cfg(argv, limits, cwd="/work", collect=collect, kill="all")
         cfg["reset"] = ["/work", "/tmp"]
         msg = marshal.dumps({"cfg": cfg, "stdin": bytes(stdin),
                              "files": {k: bytes(v) for k, v in files.items()}}, 4)
@@ -187,7 +193,7 @@ class DockerBackend(Backend):
     def _exec(self, container, msg: bytes, limits: Limits) -> tuple[ExecResult, bool]:
         api = self.client.api
         start = time.monotonic()
-        exec_id = api.exec_create(container.id, ["python3", "-I", "-c", LAUNCHER_SOURCE,
+        exec_id = api.exec_create(container.id, ["python3", "-I", "-c", SUPERVISOR_SOURCE,
                                                  "framed", "-"], stdin=True, user=SANDBOX_USER,
                                   workdir="/work", environment=SANDBOX_ENV)["Id"]
         sock = api.exec_start(exec_id, socket=True)
@@ -207,8 +213,8 @@ class DockerBackend(Backend):
         if report is None:
             exit_code = api.exec_inspect(exec_id).get("ExitCode") if complete else None
             status = "sandbox_error" if exit_code != 137 else "runtime_error"
-            detail = ("the program killed its launcher (exit 137)" if exit_code == 137 else
-                      f"no report from the launcher (exit {exit_code}): {err[-300:]!r}")
+            detail = ("the program killed its supervisor (exit 137)" if exit_code == 137 else
+                      f"no report from the supervisor (exit {exit_code}): {err[-300:]!r}")
             return ExecResult(status=status, backend=self.name, wall_s=raw.wall_s,
                               detail=detail), False
         raw.stdout += base64.b64decode(report["stdout"])

@@ -21,18 +21,18 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from scalerl.sandbox.base import Backend, ExecResult, Limits, register_backend
-from scalerl.sandbox.runner import (
-    LAUNCHER_SOURCE,
+from scalerl.sandbox.host_run import (
     PYTHON,
     SANDBOX_ENV,
+    SUPERVISOR_SOURCE,
     build_result,
     check_relpath,
     classify,
     encode_cfg,
     execute,
-    launcher_cfg,
     memfd_with,
     parse_report,
+    supervisor_cfg,
 )
 
 WARNING = ("sandbox backend 'process' is NOT a security boundary: the program can read host files "
@@ -82,15 +82,15 @@ class ProcessBackend(Backend):
     def _run_in(self, work: str, argv: list[str], stdin: bytes, limits: Limits,
                 collect: tuple[str, ...]) -> ExecResult:
         report_r, report_w = os.pipe()
-        cfg = launcher_cfg(argv, limits, cwd=work, collect=collect, kill="group",
+        cfg = supervisor_cfg(argv, limits, cwd=work, collect=collect, kill="group",
                            report_fd=report_w, address_space=True)
         holder: dict[str, int] = {}
 
-        def kill() -> None:  # the launcher's session: itself and whatever stayed in it
+        def kill() -> None:  # the supervisor's session: itself and whatever stayed in it
             with contextlib.suppress(ProcessLookupError, KeyError):
                 os.killpg(holder["pgid"], signal.SIGKILL)
 
-        cmd = [PYTHON, "-I", "-c", LAUNCHER_SOURCE, "direct", encode_cfg(cfg)]
+        cmd = [PYTHON, "-I", "-c", SUPERVISOR_SOURCE, "direct", encode_cfg(cfg)]
         stdin_fd = memfd_with(stdin, "stdin")
         raw = execute(cmd, stdin_fd=stdin_fd, report_w=report_w, report_r=report_r, pass_fds=(),
                       limits=limits, kill=kill, env=SANDBOX_ENV, cwd=work, new_session=True,
@@ -101,7 +101,7 @@ class ProcessBackend(Backend):
         status, detail = classify(
             report=report, timed_out=raw.timed_out, output_over=raw.output_over, oom=oom,
             limits=limits, cpu_s=cpu_s,
-            setup_failed=f"launcher exited {raw.returncode} without a report (did the program "
+            setup_failed=f"supervisor exited {raw.returncode} without a report (did the program "
                          "kill its supervisor?)")
         if report is None and status == "sandbox_error" and raw.returncode and raw.returncode < 0:
             status = "runtime_error"  # the program can signal its parent here; that is its doing

@@ -167,7 +167,7 @@ def host_setup(probe: Probe) -> Iterator[Context]:
 def survivors(token: str, grace_s: float = 1.0) -> list[int]:
     """Host pids whose command line carries the run's token, after a short grace.
 
-    The launcher's config travels hex-encoded in its argv, so the hex form counts too.
+    The supervisor's config travels hex-encoded in its argv, so the hex form counts too.
     """
     marks = (token.encode(), token.encode().hex().encode())
     deadline = time.monotonic() + grace_s

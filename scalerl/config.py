@@ -1,32 +1,34 @@
-"""The run config: the trainer's, the engine's and the task mixture's dataclasses in one tree.
+"""The run config: the trainer's, the engine's, the sandbox's and the task mixture's dataclasses.
 
 `load_config(path, overrides)` reads a YAML recipe (a name under scalerl/recipes or a file),
-applies `a.b=c` overrides with type coercion, and builds the frozen `RunConfig`; unknown keys are
-errors naming the valid ones. `validate(cfg)` runs once at start-up and reports each bad value
-as one line naming the field and what is allowed. No training or generation here.
+applies `a.b=c` overrides and builds the frozen `RunConfig` (scalerl/coerce.py does the generic
+coercion; unknown keys are errors naming the valid ones). `validate(cfg)` runs once at start-up
+and reports each bad value as one line naming the field and what is allowed; it holds every
+cross-field rule. No training or generation here, and no engine import (the engine's dataclass
+comes from rollout/engine_config.py, which imports neither torch nor vLLM).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any
 
 import yaml
 
-from scalerl.rollout.engine import EngineConfig
+from scalerl.coerce import ConfigError, apply_override, build, to_dict
+from scalerl.envs.catalog import get_task
+from scalerl.envs.registry import UnknownTaskError
+from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.types import Budget
+from scalerl.sandbox.config import SandboxConfig
 from scalerl.trainer.config import TrainerConfig
+
+__all__ = ["ConfigError", "RunConfig", "TaskMix", "build", "load_config", "recipe_names",
+           "to_dict", "validate"]
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
 DEFAULT_RECIPE = "tiny-cpu"
-
-
-class ConfigError(ValueError):
-    """A bad config: one line per problem, each naming the field and what is allowed."""
 
 
 @dataclass(frozen=True)
@@ -37,16 +39,9 @@ class TaskMix:
     """Registered task name (see `scalerl tasks list`)."""
     weight: float = 1.0
     """Share of the prompts drawn from this task (normalised over the mixture)."""
-    thinking: int | tuple[int, int] | None = None
-    """Thinking budget in tokens, or a [low, high] range sampled per rollout (forced
-    interruption past it); None: no thinking budget."""
-    answer: int = 2048
-    """Tokens allowed after </think>."""
-    total: int | None = None
-    """Hard cap on generated tokens (default thinking max + phrase + answer)."""
-
-    def budget(self) -> Budget:
-        return Budget(thinking=self.thinking, answer=self.answer, total=self.total)
+    budget: Budget = field(default_factory=Budget)
+    """Length budget of this task's rollouts (thinking, answer, total, phrase: see
+    rollout/types.py `Budget`)."""
 
 
 @dataclass(frozen=True)
@@ -56,110 +51,11 @@ class RunConfig(TrainerConfig):
     tasks: tuple[TaskMix, ...] = (TaskMix("arith"), TaskMix("synth_code"))
     """The task mixture: name, weight and length budget of each task."""
     engine: EngineConfig = field(default_factory=EngineConfig)
-    """How the vLLM engine is started (rollout.engine.EngineConfig)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Building dataclasses from plain data, with coercion by type hint.
-
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (Union, types.UnionType):
-        return _coerce_union(value, args, where)
-    if origin is Literal:
-        if value not in args:
-            raise ConfigError(f"{where} = {value!r}: allowed: {', '.join(map(str, args))}")
-        return value
-    if origin is tuple:
-        return _coerce_tuple(value, args, where)
-    if dataclasses.is_dataclass(tp):
-        if isinstance(value, tp):
-            return value
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where} = {value!r}: expected a mapping of {tp.__name__} fields")
-        return build(tp, value, where)
-    return _coerce_scalar(value, tp, where)
-
-
-def _coerce_union(value: Any, args: tuple, where: str) -> Any:
-    is_none = value is None or (isinstance(value, str) and value.lower() in ("none", "null"))
-    if is_none and type(None) in args:
-        return None
-    errors = []
-    for arg in args:
-        if arg is type(None):
-            continue
-        try:
-            return _coerce(value, arg, where)
-        except ConfigError as e:
-            errors.append(str(e).split(": ", 1)[-1])
-    raise ConfigError(f"{where} = {value!r}: allowed: {' | '.join(errors)}")
-
-
-def _coerce_tuple(value: Any, args: tuple, where: str) -> tuple:
-    if isinstance(value, str):
-        value = [v.strip() for v in value.strip("[]()").split(",") if v.strip()]
-    if not isinstance(value, list | tuple):
-        raise ConfigError(f"{where} = {value!r}: expected a list")
-    if len(args) == 2 and args[1] is Ellipsis:
-        return tuple(_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
-    if len(value) != len(args):
-        raise ConfigError(f"{where} = {value!r}: expected a list of {len(args)} values")
-    return tuple(_coerce(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args,
-                                                                               strict=True)))
-
-
-def _coerce_scalar(value: Any, tp: Any, where: str) -> Any:
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).lower()
-        if text in ("true", "yes", "1", "on"):
-            return True
-        if text in ("false", "no", "0", "off"):
-            return False
-        raise ConfigError(f"{where} = {value!r}: allowed: true or false")
-    if tp in (int, float):
-        if isinstance(value, bool) or (tp is int and isinstance(value, float)):
-            raise ConfigError(f"{where} = {value!r}: expected {tp.__name__}")
-        try:
-            return tp(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where} = {value!r}: expected {tp.__name__}") from None
-    if tp is str:
-        if isinstance(value, dict | list):
-            raise ConfigError(f"{where} = {value!r}: expected a string")
-        return str(value)
-    raise ConfigError(f"{where}: unsupported field type {tp!r}")
-
-
-def build(cls: type, data: dict[str, Any], where: str = "") -> Any:
-    """`cls(**data)` with every value coerced to its field's type; unknown keys are errors."""
-    hints = _hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    kwargs = {}
-    for key, value in data.items():
-        path = f"{where}.{key}" if where else key
-        if key not in names:
-            raise ConfigError(f"unknown key {path!r}; valid keys: {', '.join(names)}")
-        kwargs[key] = _coerce(value, hints[key], path)
-    try:
-        return cls(**kwargs)
-    except ValueError as e:  # a dataclass's own __post_init__ check
-        raise ConfigError(f"{where or cls.__name__}: {e}") from None
-
-
-def to_dict(cfg: Any) -> Any:
-    """Plain data (YAML-able) of a config dataclass."""
-    if dataclasses.is_dataclass(cfg):
-        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
-    if isinstance(cfg, tuple):
-        return [to_dict(v) for v in cfg]
-    return cfg
+    """How the vLLM engine is started (rollout/engine_config.py `EngineConfig`); its LM head
+    follows `policy.fp32_head`."""
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    """Where completions are checked: the code sandbox backend, worker counts, default limits
+    (sandbox/config.py `SandboxConfig`)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,41 +74,14 @@ def read_recipe(name_or_path: str | None) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config {name_or_path!r} is neither a file nor a recipe; recipes: "
                           f"{', '.join(recipe_names())}")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {path}: not valid YAML ({' '.join(str(exc).split())[:200]})"
+                          ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"config {path}: expected a YAML mapping at the top level")
     return data
-
-
-def apply_override(data: dict[str, Any], assignment: str) -> None:
-    """Apply one `a.b.c=value` (YAML value; list items by index: `tasks.0.weight=2`)."""
-    if "=" not in assignment:
-        raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE, e.g. loss.name=grpo")
-    key, raw = assignment.split("=", 1)
-    value = yaml.safe_load(raw) if raw.strip() else ""
-    parts = key.strip().split(".")
-    node: Any = data
-    for i, part in enumerate(parts[:-1]):
-        node = _child(node, part, ".".join(parts[:i + 1]), parts[i + 1])
-    last = parts[-1]
-    if isinstance(node, list):
-        node[_index(node, last, key)] = value
-    else:
-        node[last] = value
-
-
-def _index(node: list, part: str, where: str) -> int:
-    if not part.isdigit() or int(part) >= len(node):
-        raise ConfigError(f"--set {where}: {part!r} is not an index of a list of {len(node)}")
-    return int(part)
-
-
-def _child(node: Any, part: str, where: str, next_part: str) -> Any:
-    if isinstance(node, list):
-        return node[_index(node, part, where)]
-    if not isinstance(node.get(part), dict | list):
-        node[part] = [] if next_part.isdigit() else {}
-    return node[part]
 
 
 def _default_tasks(data: dict[str, Any]) -> dict[str, Any]:
@@ -222,12 +91,17 @@ def _default_tasks(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def load_config(name_or_path: str | None = None, overrides: list[str] = ()) -> RunConfig:
-    """Recipe (default `tiny-cpu`) + overrides -> RunConfig (not yet validated)."""
-    data = _default_tasks(read_recipe(name_or_path))
+def config_from_data(data: dict[str, Any], overrides: list[str] = ()) -> RunConfig:
+    """Plain config data (a recipe's or a run's config.yaml) + overrides -> RunConfig."""
+    data = _default_tasks(dict(data))
     for assignment in overrides:
         apply_override(data, assignment)
     return build(RunConfig, data)
+
+
+def load_config(name_or_path: str | None = None, overrides: list[str] = ()) -> RunConfig:
+    """Recipe (default `tiny-cpu`) + overrides -> RunConfig (not yet validated)."""
+    return config_from_data(read_recipe(name_or_path), overrides)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,26 +145,21 @@ def _checks(cfg: RunConfig) -> list[tuple[bool, str]]:
         (cfg.checkpoint.every >= 0, f"checkpoint.every = {cfg.checkpoint.every}: must be >= 0"),
         (cfg.checkpoint.keep >= 1, f"checkpoint.keep = {cfg.checkpoint.keep}: must be >= 1"),
         (len(cfg.tasks) >= 1, "tasks: at least one task is needed"),
-        (cfg.engine.fp32_head == cfg.policy.fp32_head,
-         f"engine.fp32_head = {cfg.engine.fp32_head} but policy.fp32_head = "
-         f"{cfg.policy.fp32_head}: they must match (recipe §2.7)"),
+        (o.mode != "pipelinerl" or o.k == 1,
+         f"offpolicy.k = {o.k}: must be 1 with mode pipelinerl (its staleness knob is "
+         "offpolicy.max_lag)"),
     ] + [(t.weight > 0, f"tasks[{i}].weight = {t.weight}: must be > 0")
          for i, t in enumerate(cfg.tasks)]
 
 
-def _task_errors(cfg: RunConfig) -> list[str]:
-    from scalerl.envs.registry import UnknownTaskError, get_task
 
+def _task_errors(cfg: RunConfig) -> list[str]:
     errors = []
     for i, t in enumerate(cfg.tasks):
         try:
             get_task(t.name)
         except UnknownTaskError as e:
             errors.append(f"tasks[{i}].name: {e}")
-        try:
-            t.budget()
-        except ValueError as e:
-            errors.append(f"tasks[{i}] budget: {e}")
     names = [t.name for t in cfg.tasks]
     if len(set(names)) != len(names):
         errors.append(f"tasks: a task appears twice in {names}")
@@ -300,14 +169,6 @@ def _task_errors(cfg: RunConfig) -> list[str]:
 def validate(cfg: RunConfig, *, check_tasks: bool = True) -> RunConfig:
     """Raise ConfigError listing every bad value (one line each); returns `cfg` when clean."""
     errors = [msg for ok, msg in _checks(cfg) if not ok]
-    from scalerl.trainer.sources import SOURCES
-
-    if cfg.offpolicy.mode not in SOURCES:
-        errors.append(f"offpolicy.mode = {cfg.offpolicy.mode!r}: allowed here: "
-                      f"{', '.join(sorted(SOURCES))}")
-    if cfg.offpolicy.mode == "pipelinerl" and cfg.offpolicy.k != 1:
-        errors.append(f"offpolicy.k = {cfg.offpolicy.k}: must be 1 with mode pipelinerl (its "
-                      "staleness knob is offpolicy.max_lag)")
     if check_tasks:
         errors += _task_errors(cfg)
     if errors:

@@ -8,6 +8,7 @@ Sample selection, generation call and estimators are `scalerl.rollout.evaluate`'
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -127,17 +128,29 @@ class EvalSettings:
     temperature: float = 1.0
     seed: int = 0
     budget: Budget = Budget()
+    """The length budget of every task not named in `budgets`."""
+    budgets: tuple[tuple[str, Budget], ...] = ()
+    """Per-task budgets (task name, Budget), e.g. a training run's own."""
     limit: int | None = None
 
-    def sampling(self) -> dict[str, Any]:
-        """What a cached rollout depends on, besides the model, task and sample."""
-        b = self.budget
-        return {"split": self.split, "n": self.n, "temperature": self.temperature,
-                "seed": self.seed, "thinking": b.thinking, "answer": b.answer, "total": b.total,
-                "phrase": b.phrase}
+    def budget_for(self, task: str) -> Budget:
+        return dict(self.budgets).get(task, self.budget)
 
-    def key(self) -> str:
-        return hashlib.sha256(dumps(self.sampling()).encode()).hexdigest()[:12]
+    def sampling(self, task: str) -> dict[str, Any]:
+        """What a cached rollout of `task` depends on, besides the model and the sample: every
+        field of its Budget (derived from the dataclass, so a new field joins the key)."""
+        return {"split": self.split, "n": self.n, "temperature": self.temperature,
+                "seed": self.seed, "budget": dataclasses.asdict(self.budget_for(task))}
+
+    def key(self, task: str) -> str:
+        return hashlib.sha256(dumps(self.sampling(task)).encode()).hexdigest()[:12]
+
+    def summary(self) -> dict[str, Any]:
+        """The settings as written to results.json."""
+        return {"tasks": list(self.tasks), "ks": list(self.ks), "limit": self.limit,
+                "split": self.split, "n": self.n, "temperature": self.temperature,
+                "seed": self.seed,
+                "budgets": {t: dataclasses.asdict(self.budget_for(t)) for t in self.tasks}}
 
 
 class RolloutCache:
@@ -148,7 +161,7 @@ class RolloutCache:
 
     def path(self, model: str, settings: EvalSettings, task: str) -> Path:
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", task)
-        return self.root / model_key(model) / settings.key() / f"{safe}.jsonl"
+        return self.root / model_key(model) / settings.key(task) / f"{safe}.jsonl"
 
     def load(self, model: str, settings: EvalSettings, task: str) -> dict[str, list[dict]]:
         """sample_id -> its n rows, for samples with all n groups cached (torn lines skipped)."""
@@ -169,7 +182,7 @@ class RolloutCache:
         path = self.path(model, settings, task)
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            meta = {"model": model, **settings.sampling()}
+            meta = {"model": model, **settings.sampling(task)}
             (path.parent / "settings.json").write_text(json.dumps(meta, indent=1))
         torn = False
         if path.exists() and path.stat().st_size:
@@ -205,7 +218,7 @@ def eval_model(ref: ModelRef, settings: EvalSettings, cache: RolloutCache,
             if generator is None:
                 generator = make_generator(ref.path)
             part = missing[i:i + chunk]
-            out = generator.generate(part, n=settings.n, budget=settings.budget,
+            out = generator.generate(part, n=settings.n, budget=settings.budget_for(task.name),
                                      temperature=settings.temperature, seed=settings.seed)
             new = [r.to_row() for r in out]
             cache.append(ref.path, settings, task.name, new)
@@ -236,9 +249,7 @@ def run_eval(models: Sequence[ModelRef], settings: EvalSettings, out_dir: str | 
             close(generator)
         entries.append({"model": ref.path, "label": ref.label, "step": ref.step,
                         "model_key": model_key(ref.path), **info, **report.to_dict()})
-    results = {"settings": {"tasks": list(settings.tasks), "ks": list(settings.ks),
-                            "limit": settings.limit, **settings.sampling()},
-               "models": entries}
+    results = {"settings": settings.summary(), "models": entries}
     write_report(results, out_dir)
     return results
 
@@ -287,9 +298,11 @@ def comparison_table(results: dict[str, Any]) -> list[str]:
 def markdown(results: dict[str, Any]) -> str:
     s = results["settings"]
     lines = [f"# Evaluation: {', '.join(s['tasks'])} ({s['split']} split)", "",
-             f"n={s['n']} rollouts per sample, temperature {s['temperature']}, seed {s['seed']}, "
-             f"thinking budget {s['thinking']}, answer budget {s['answer']}"
-             + (f", {s['limit']} evenly spaced samples per task" if s["limit"] else "") + ".",
+             f"n={s['n']} rollouts per sample, temperature {s['temperature']}, seed {s['seed']}"
+             + (f", {s['limit']} evenly spaced samples per task" if s["limit"] else "") + ". "
+             + "Budgets: " + "; ".join(
+                 f"{t}: thinking {b['thinking']}, answer {b['answer']}, total {b['total']}"
+                 for t, b in s["budgets"].items()) + ".",
              "pass@k is the unbiased estimator (Chen et al. 2021); mean@n is the mean over "
              "samples of the fraction of correct rollouts.", ""]
     if len(results["models"]) > 1:

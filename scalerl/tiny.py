@@ -154,7 +154,7 @@ def add_digit_noise(text: str, rate: float, rng: random.Random) -> str:
 def warm_start_texts(recipe: TinyRecipe) -> list[tuple[list[dict[str, str]], str]]:
     """(prompt messages, solution) pairs from each task's train split, in a fixed order; the
     solutions of `recipe.noise_tasks` get `recipe.digit_noise` (seeded by `recipe.seed`)."""
-    from scalerl.envs.registry import get_task
+    from scalerl.envs.catalog import get_task
 
     rng = random.Random(f"digit-noise:{recipe.seed}")
     pairs = []
@@ -271,7 +271,7 @@ def _train_and_save(recipe: TinyRecipe, pairs, out: Path, *, log) -> dict:
 def sampled_pass_rate(model, tokenizer, task_name: str, *, limit: int = 300, seed: int = 0,
                       temperature: float = 1.0, max_new_tokens: int = 96) -> float:
     """Held-out (`test`) pass@1 with one sample per prompt, by Hugging Face generation."""
-    from scalerl.envs.registry import get_task
+    from scalerl.envs.catalog import get_task
 
     task = get_task(task_name)
     samples = list(task.samples("test"))[:limit]

@@ -20,10 +20,10 @@ def tiny_model_path() -> str:
 
 @pytest.fixture(scope="session")
 def engine_config():
-    from scalerl.rollout.engine import EngineConfig
+    from scalerl.rollout.engine_config import EngineConfig
 
     # Memory set explicitly: 1 GiB of KV cache, 10% of host memory, 1024-token sequences.
-    return EngineConfig(dtype="float32", fp32_head=True, kv_cache_gib=1.0, memory_fraction=0.1,
+    return EngineConfig(dtype="float32", kv_cache_gib=1.0, memory_fraction=0.1,
                         max_model_len=1024, seed=0)
 
 

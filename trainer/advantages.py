@@ -34,7 +34,7 @@ def group_mean(values: Tensor, group_ids: Tensor) -> Tensor:
 
 
 def group_centred(rewards: Tensor, group_ids: Tensor) -> Tensor:
-    """A_i = r_i - mean_{j in group(i)} r_j (recipe §2.3)."""
+    """A_i = r_i - mean_{j in group(i)} r_j (ScaleRL §2)."""
     return rewards - group_mean(rewards, group_ids)
 
 
@@ -52,7 +52,7 @@ def _prompt(centred: Tensor, group_ids: Tensor, keep: Tensor, eps: float) -> Ten
 
 @register_normalisation("batch")
 def _batch(centred: Tensor, group_ids: Tensor, keep: Tensor, eps: float) -> Tensor:
-    """A_i / (std of the centred advantages of the rows in `keep` + eps) (J_ScaleRL, §2.6)."""
+    """A_i / (std of the centred advantages of the rows in `keep` + eps) (J_ScaleRL, ScaleRL §4)."""
     kept = centred[keep]
     std = kept.std(unbiased=False) if kept.numel() else torch.tensor(0.0)
     return centred / (std + eps)

@@ -1,8 +1,9 @@
 """The trainer's frozen config dataclasses; every field documented once, right under it.
 
-Defaults are the ScaleRL paper's (recipe §2) except where the paper is silent, where the default
-chosen is documented on the field. Cross-field checks live in `scalerl.config.validate`, which
-runs once at start-up; this module only declares shapes and allowed values.
+Defaults are the ScaleRL paper's (Khatri et al. 2025, §4 and App. A.3) except where the paper is
+silent, where the default chosen is documented on the field. Cross-field checks live in
+`scalerl.config.validate`, which runs once at start-up; this module only declares shapes and
+allowed values.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ class PolicyConfig:
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Trainer weights dtype; `auto` is float32 on CPU and bfloat16 on GPU."""
     fp32_head: bool = True
-    """Compute the LM head in FP32 (recipe §2.7); must equal the engine's `fp32_head`."""
+    """Compute the LM head in FP32, in the trainer and in the generator alike (the paper's FP32
+    fix, §3.2); the engine is started with the same setting."""
     temperature: float = 1.0
     """Sampling temperature; trainer logprobs are taken at the same temperature."""
     cpu_threads: int | None = 1
@@ -30,9 +32,9 @@ class PolicyConfig:
 @dataclass(frozen=True)
 class LossConfig:
     name: Literal["cispo", "grpo", "dapo", "gspo"] = "cispo"
-    """Surrogate, a key of trainer.losses.LOSSES (recipe §2.4)."""
+    """Surrogate, a key of trainer.losses.LOSSES (paper §3.2, App. A.2)."""
     aggregation: Literal["prompt", "sample", "token"] = "prompt"
-    """How per-token losses are averaged (recipe §2.5); ScaleRL: prompt."""
+    """How per-token losses are averaged (paper §3.2); ScaleRL: prompt."""
     eps_max: float | None = None
     """CISPO absolute cap on the importance ratio (None: the loss default, 4)."""
     clip_low: float | None = None
@@ -48,11 +50,12 @@ class AdvantageConfig:
     normalise: Literal["batch", "prompt", "none"] = "batch"
     """After group centring: divide by the batch std (ScaleRL), the prompt std, or nothing."""
     std_scope: Literal["filtered", "all"] = "filtered"
-    """Rows whose spread sets the batch std: after zero-variance filtering, or all (§5.7)."""
+    """Rows whose spread sets the batch std: after zero-variance filtering, or all (the paper
+    does not say which)."""
     eps: float = 1e-6
     """Added to the std before dividing."""
     correct_reward: float = 1.0
-    """Reward of a `correct` verdict (recipe §2.11: +1)."""
+    """Reward of a `correct` verdict (paper App. A.3: +1)."""
     wrong_reward: float = -1.0
     """Reward of any other verdict (wrong, no_answer, timeout, error: -1)."""
 
@@ -60,17 +63,17 @@ class AdvantageConfig:
 @dataclass(frozen=True)
 class FilterConfig:
     zero_variance: bool = True
-    """Drop prompts whose rollouts all scored alike, with no refilling (§2.8)."""
+    """Drop prompts whose rollouts all scored alike, with no refilling (paper §3.2)."""
     retire: bool = True
     """No-Positive-Resampling: never sample again a prompt whose pass rate reached the
-    threshold (§2.9)."""
+    threshold (POLARIS; paper §3.2)."""
     retire_threshold: float = 0.9
     """Pass rate at which a prompt is retired."""
     retire_history: Literal["last", "mean"] = "last"
     """Pass rate judged on the last observed group (TRL's reading) or the mean of all."""
     truncation: Literal["drop", "wrong", "keep"] = "drop"
     """Truncated rollouts (no answer within the hard cap): `drop` them from the batch (the
-    paper's "effective batch", §5.5), score them `wrong`, or `keep` the verifier's score."""
+    paper's "effective batch"), score them `wrong`, or `keep` the verifier's score."""
 
 
 @dataclass(frozen=True)
@@ -93,9 +96,10 @@ class OptimConfig:
 class OffPolicyConfig:
     mode: Literal["ppo", "pipelinerl"] = "ppo"
     """`ppo`: PPO-offpolicy-k (generate k minibatches with one policy, take k steps, sync).
-    `pipelinerl`: streaming generation with in-flight updates (issue 7)."""
+    `pipelinerl`: streaming generation with in-flight weight updates (PipelineRL-k)."""
     k: int = 1
-    """PPO-offpolicy-k: optimizer steps per generation round (paper: 1 or 8)."""
+    """PPO-offpolicy-k: optimizer steps per generation round (paper: 1 or 8); must be 1 with
+    `pipelinerl`, whose staleness knob is `max_lag`."""
     max_lag: int = 8
     """PipelineRL-k: most policy versions a trained token may lag behind (paper: 8)."""
     prompts_per_step: int = 48

@@ -1,8 +1,8 @@
 """Batch filters: truncated-rollout policy, zero-variance filtering, No-Positive-Resampling.
 
-Zero-variance groups (all rewards alike) are dropped from the loss with no refilling (recipe §2.8).
+Zero-variance groups (all rewards alike) are dropped from the loss with no refilling (ScaleRL §3.2).
 `PromptRetirement` keeps each prompt's pass-rate history and permanently retires prompts whose
-pass rate reaches the threshold (POLARIS / ScaleRL §2.9); its state is a plain dict for
+pass rate reaches the threshold (POLARIS; ScaleRL §3.2); its state is a plain dict for
 checkpoints. This module does not sample prompts or compute losses.
 """
 
@@ -32,7 +32,7 @@ def register_truncation(name: str) -> Callable[[TruncationFn], TruncationFn]:
 
 @register_truncation("drop")
 def _drop(group: Group, wrong_reward: float) -> Group:
-    """Exclude truncated rollouts from the batch (the paper's "effective batch", recipe §5.5)."""
+    """Exclude truncated rollouts from the batch (the ScaleRL paper's "effective batch")."""
     return [r for r in group if r.finish_reason != "truncated"]
 
 
@@ -61,7 +61,7 @@ def apply_truncation(group: Group, policy: str, wrong_reward: float = -1.0) -> G
 
 
 def is_zero_variance(rewards: Sequence[float]) -> bool:
-    """True when every reward of the group is the same (advantages all zero; §2.8)."""
+    """True when every reward of the group is the same (advantages all zero)."""
     return len(rewards) == 0 or max(rewards) == min(rewards)
 
 

@@ -73,7 +73,7 @@ def _ratio_stats(ratio: Tensor) -> dict[str, Tensor]:
 @register_loss("cispo", eps_max=4.0)
 def cispo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
                eps_max: float) -> LossOutput:
-    """CISPO (MiniMax-M1; ScaleRL paper Eq. 4 / J_ScaleRL, recipe §2.4, §2.15).
+    """CISPO (MiniMax-M1; ScaleRL paper Eq. 4 / J_ScaleRL, §4).
 
     per_token = -sg(min(rho, eps_max)) * A * log pi(y_t), rho = exp(logprobs - old_logprobs).
     `eps_max` is an absolute cap on rho (rho <= 4), with no lower truncation. Shapes: (B, T);
@@ -90,7 +90,7 @@ def cispo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask:
 @register_loss("grpo", clip_low=0.2, clip_high=0.2)
 def grpo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
               clip_low: float, clip_high: float) -> LossOutput:
-    """PPO-clip surrogate with a symmetric clip (GRPO; paper A.2 Eq. 7, recipe §2.3-2.4).
+    """PPO-clip surrogate with a symmetric clip (GRPO; ScaleRL paper App. A.2 Eq. 7).
 
     per_token = -min(rho * A, clip(rho, 1 - eps, 1 + eps) * A), eps = 0.2 by default.
     """
@@ -111,7 +111,7 @@ def dapo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: 
 @register_loss("gspo", clip_low=3e-3, clip_high=5e-3, length_norm=True)
 def gspo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
               clip_low: float, clip_high: float, length_norm: bool) -> LossOutput:
-    """GSPO: one importance ratio per sequence (recipe §2.4; ScaleRL's best clip 3e-3 / 5e-3).
+    """GSPO: one importance ratio per sequence (ScaleRL §3.2; its best clip 3e-3 / 5e-3).
 
     s_i = exp(sum_t m_t (logprobs - old_logprobs) / |y_i|) when `length_norm` (the GSPO paper's
     geometric mean), else exp of the plain sum (the ScaleRL paper's formula). The sequence
@@ -161,7 +161,7 @@ def token_weights(mask: Tensor, prompt_ids: Tensor) -> Tensor:
 
 @register_aggregation("sample")
 def sample_weights(mask: Tensor, prompt_ids: Tensor) -> Tensor:
-    """L = (1/P) sum_p (1/G_p) sum_{i in p} (1/|y_i|) sum_t l_it (GRPO; recipe §2.5)."""
+    """L = (1/P) sum_p (1/G_p) sum_{i in p} (1/|y_i|) sum_t l_it (GRPO; ScaleRL §3.2)."""
     lengths = mask.sum(-1).clamp(min=1)  # (B,)
     group_size, num_prompts = _per_prompt(torch.ones_like(lengths), prompt_ids)
     return mask / (num_prompts * group_size * lengths).unsqueeze(-1)
@@ -169,7 +169,7 @@ def sample_weights(mask: Tensor, prompt_ids: Tensor) -> Tensor:
 
 @register_aggregation("prompt")
 def prompt_weights(mask: Tensor, prompt_ids: Tensor) -> Tensor:
-    """L = (1/P) sum_p (1/sum_{g in p} |y_g|) sum_{i in p} sum_t l_it (ScaleRL; recipe §2.5)."""
+    """L = (1/P) sum_p (1/sum_{g in p} |y_g|) sum_{i in p} sum_t l_it (ScaleRL §3.2)."""
     prompt_tokens, num_prompts = _per_prompt(mask.sum(-1), prompt_ids)
     return mask / (num_prompts * prompt_tokens.clamp(min=1)).unsqueeze(-1)
 

@@ -1,24 +1,24 @@
-"""The RL training loop on Accelerate: PPO-offpolicy-k now, PipelineRL-k through the same source.
+"""The RL training loop on Accelerate: PPO-offpolicy-k and PipelineRL-k behind one source.
 
 `train()` reads top to bottom: set up, validate at step 0, then per step take groups from the
 rollout source, filter and collate them, take one exact optimizer step, hand the new weights to the
-source, log, validate and checkpoint. The source (`trainer/sources.py`) decides when generation
-happens and when weights reach the generator. Building the model, the generator and the tasks is
-the glue's (scalerl/commands/train.py); this module never imports vLLM.
+source, log, validate and checkpoint. The source (`SOURCES[offpolicy.mode]`) decides when
+generation happens and when weights reach the generator. Building the model, the generator and
+the tasks is the glue's (scalerl/training.py); this module never imports vLLM.
 """
 
 from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from scalerl.envs.base import Task
+from scalerl.envs.task import Task
 from scalerl.rollout.evaluate import evaluate
 from scalerl.rollout.types import Budget
 from scalerl.trainer.batch import GroupReport, collate, prepare_groups
@@ -27,10 +27,15 @@ from scalerl.trainer.config import TrainerConfig
 from scalerl.trainer.filters import Group, PromptRetirement
 from scalerl.trainer.losses import loss_kwargs
 from scalerl.trainer.metrics import ComputeClock, MetricsWriter, rollout_metrics, truncate_jsonl
+from scalerl.trainer.pipeline_source import PipelineSource
 from scalerl.trainer.policy import PolicyModule, hf_model, named_weights
 from scalerl.trainer.sampler import TaskSampler
-from scalerl.trainer.sources import SourceSettings, make_source
+from scalerl.trainer.sources import PPOOffPolicy, RolloutSource, SourceSettings
 from scalerl.trainer.step import StepSettings, train_step
+
+SOURCES: dict[str, Callable[..., RolloutSource]] = {"ppo": PPOOffPolicy,
+                                                   "pipelinerl": PipelineSource}
+"""offpolicy.mode -> rollout source factory(generator, sampler, SourceSettings)."""
 
 
 @dataclass(frozen=True)
@@ -121,8 +126,8 @@ def setup(cfg: TrainerConfig, model, tokenizer, generator, tasks: Mapping[str, T
     retirement = PromptRetirement(f.retire_threshold, f.retire_history, enabled=f.retire)
     source = None
     if accelerator.is_main_process:
-        source = make_source(cfg.offpolicy.mode, generator, make_sampler(cfg, tasks, retirement),
-                             source_settings(cfg, tasks))
+        source = SOURCES[cfg.offpolicy.mode](generator, make_sampler(cfg, tasks, retirement),
+                                             source_settings(cfg, tasks))
     writer = None
     if accelerator.is_main_process:
         writer = MetricsWriter(run_dir, total_steps=cfg.steps, tensorboard=cfg.log.tensorboard,

@@ -14,13 +14,7 @@ from typing import Any
 from scalerl.rollout.pipeline import PipelineRL
 from scalerl.trainer.filters import Group
 from scalerl.trainer.publish import InProcessPublisher, Publisher, checkpoint_weights
-from scalerl.trainer.sources import SourceSettings, Weights
-
-
-def ppo_round_seed(seed: int, batch_index: int) -> int:
-    """The seed `PPOOffPolicy` passes for round `batch_index` (k = 1): with max_lag 0 the two
-    sources then generate the very same rollouts."""
-    return seed * 1_000_003 + batch_index
+from scalerl.trainer.sources import SourceSettings, Weights, round_seed
 
 
 def generator_busy_s(metrics: dict[str, float]) -> float:
@@ -38,22 +32,14 @@ class PipelineSource:
     """RolloutSource for PipelineRL-k: streaming generation, in-flight updates, bounded lag."""
 
     def __init__(self, generator: Any, sampler: Any, s: SourceSettings, *,
-                 max_lag: int | None = None, publisher: Publisher | None = None,
-                 take_timeout_s: float = 3600.0, publish_timeout_s: float = 300.0):
-        if max_lag is None:
-            max_lag = getattr(s, "max_lag", None)
-        if max_lag is None:
-            raise ValueError("PipelineSource needs max_lag (SourceSettings.max_lag or the "
-                             "max_lag argument)")
-        if s.k != 1:
-            raise ValueError(f"offpolicy.k = {s.k}: PipelineRL takes one optimizer step per "
-                             "batch; its staleness knob is offpolicy.max_lag (set k to 1)")
+                 publisher: Publisher | None = None, take_timeout_s: float = 3600.0,
+                 publish_timeout_s: float = 300.0):
         b = s.prompts_per_step
         self.generator, self.settings, self.take_timeout_s = generator, s, take_timeout_s
         self.pipeline = PipelineRL(
-            generator, sampler, n=s.rollouts_per_prompt, groups_per_batch=b, max_lag=max_lag,
+            generator, sampler, n=s.rollouts_per_prompt, groups_per_batch=b, max_lag=s.max_lag,
             budget=dict(s.budgets), temperature=s.temperature, seed=s.seed,
-            seed_fn=lambda seq: ppo_round_seed(s.seed, seq // b))
+            seed_fn=lambda seq: round_seed(s.seed, seq // b))
         self.publisher = publisher or InProcessPublisher(
             generator, timeout_s=publish_timeout_s, initial_version=generator.version,
             initial_weights=lambda: checkpoint_weights(generator.model_path))

@@ -1,8 +1,8 @@
 """The trained policy: any Hugging Face causal LM, with per-token logprobs and entropy.
 
 Only completion positions go through the LM head, and the head can run in FP32 whatever the
-model's dtype (ScaleRL's FP32 fix, recipe §2.7); `check_head_precision` refuses a trainer/generator
-mismatch at start-up. Logprobs are taken at the sampling temperature. No optimiser, no loss here.
+model's dtype (the ScaleRL paper's FP32 fix, §3.2: the generator's head must run the same way).
+Logprobs are taken at the sampling temperature. No optimiser, no loss here.
 """
 
 from __future__ import annotations
@@ -112,22 +112,3 @@ def named_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
     """(name, tensor) pairs in Hugging Face naming, detached, for a generator weight update."""
     for name, tensor in hf_model(model).state_dict().items():
         yield name, tensor.detach()
-
-
-def check_head_precision(generator_fp32_head: bool, trainer_fp32_head: bool) -> None:
-    """Raise if the generator and trainer disagree on the FP32 LM head (ratios would be biased).
-
-    Delegates to the rollout engine's own check when it exists, so one rule serves both sides.
-    """
-    try:
-        from scalerl.rollout.engine import check_precision_match
-    except ImportError:
-        check_precision_match = None
-    if check_precision_match is not None:
-        check_precision_match(generator_fp32_head, trainer_fp32_head)
-        return
-    if generator_fp32_head != trainer_fp32_head:
-        raise ValueError(
-            f"policy.fp32_head={trainer_fp32_head} but the generator's fp32 head is "
-            f"{generator_fp32_head}; set both the same (recipe §2.7)"
-        )

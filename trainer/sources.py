@@ -1,9 +1,10 @@
 """Rollout sources: where the training loop's groups come from, behind one interface.
 
 `RolloutSource` is what `trainer/offpolicy.py` calls: `next_groups` before a step, `on_step` after
-it. `PPOOffPolicy` generates k minibatches with one policy and pushes the weights into the
-generator before the next round; PipelineRL-k (issue 7) registers a streaming, lag-bounded source
-in `SOURCES` with the same calls. No optimisation or logging here.
+it. `PPOOffPolicy` (here) generates k minibatches with one policy and pushes the weights into the
+generator before the next round; `PipelineSource` (trainer/pipeline_source.py) streams with
+in-flight updates behind the same calls. The loop picks one by `offpolicy.mode` from its
+`SOURCES`. No optimisation or logging here.
 """
 
 from __future__ import annotations
@@ -56,10 +57,17 @@ class SourceSettings:
     rollouts_per_prompt: int
     temperature: float
     seed: int
-    k: int = 1
-    """PPO-offpolicy-k: minibatches generated per round (one policy), one step each."""
-    max_lag: int = 8
+    k: int
+    """PPO-offpolicy-k: minibatches generated per round (one policy), one step each (PipelineRL
+    takes one step per batch and does not read it)."""
+    max_lag: int
     """PipelineRL-k: most versions a trained rollout may lag behind the trainer."""
+
+
+def round_seed(seed: int, batch_index: int) -> int:
+    """The generation seed of round (or batch) `batch_index`: PPO-offpolicy passes it per round,
+    PipelineRL per batch of prompts, so with max_lag 0 the two generate the very same rollouts."""
+    return seed * 1_000_003 + batch_index
 
 
 class PPOOffPolicy:
@@ -100,7 +108,7 @@ class PPOOffPolicy:
     def _generate_round(self) -> dict[str, float]:
         s = self.s
         samples = [self.sampler() for _ in range(s.k * s.prompts_per_step)]
-        seed = s.seed * 1_000_003 + self.round
+        seed = round_seed(s.seed, self.round)
         t = time.perf_counter()
         groups = generate_groups(self.generator, samples, s.budgets, n=s.rollouts_per_prompt,
                                  temperature=s.temperature, seed=seed)
@@ -154,20 +162,3 @@ def generate_groups(generator, samples: list[Sample], budgets: Mapping[str, Budg
         for j, i in enumerate(by_task[task]):
             groups[i] = list(rollouts[j * n:(j + 1) * n])
     return groups  # type: ignore[return-value]
-
-
-def _pipelinerl(generator, sampler, settings: SourceSettings) -> RolloutSource:
-    from scalerl.trainer.pipeline_source import PipelineSource  # issue 7; imports this module
-
-    return PipelineSource(generator, sampler, settings)
-
-
-SOURCES: dict[str, Callable[..., RolloutSource]] = {"ppo": PPOOffPolicy, "pipelinerl": _pipelinerl}
-"""offpolicy.mode -> source factory(generator, sampler, SourceSettings)."""
-
-
-def make_source(mode: str, generator, sampler, settings: SourceSettings) -> RolloutSource:
-    if mode not in SOURCES:
-        raise KeyError(f"offpolicy.mode {mode!r} has no rollout source here; known: "
-                       f"{', '.join(sorted(SOURCES))}")
-    return SOURCES[mode](generator, sampler, settings)

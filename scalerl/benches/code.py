@@ -53,8 +53,8 @@ def _timed(fn, items, workers: int) -> tuple[float, int]:
 
 
 def measure(n: int, workers: int, backend: str | None, synth: int) -> dict:
+    from scalerl.envs.catalog import get_task
     from scalerl.envs.code import score_code
-    from scalerl.envs.registry import get_task
 
     samples = list(get_task("humaneval").samples("test"))[:n]
 

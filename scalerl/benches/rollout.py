@@ -39,7 +39,7 @@ def _bare_engine(model: str, config):
     """A bare `vllm.LLM` with the Generator's engine arguments."""
     from vllm import LLM
 
-    return LLM(**config.vllm_kwargs(model))
+    return LLM(**config.vllm_kwargs(model, fp32_head=True))
 
 
 def _passes(llm, gen, scorer, samples, prompts, n: int, budget, seed: int) -> dict:
@@ -50,7 +50,7 @@ def _passes(llm, gen, scorer, samples, prompts, n: int, budget, seed: int) -> di
     caches would make scoring look free)."""
     from vllm import SamplingParams
 
-    common = dict(temperature=1.0, top_p=1.0, top_k=0, max_tokens=budget.hard_cap)
+    common = dict(temperature=1.0, top_p=1.0, top_k=0, max_tokens=budget.hard_cap(0))
     inputs = [{"prompt_token_ids": p} for p in prompts for _ in range(n)]
     plain = SamplingParams(**common)
     same = [SamplingParams(**common, logprobs=0, flat_logprobs=True, detokenize=False,
@@ -121,8 +121,8 @@ def _measure(args, model: str, samples, budget, config) -> tuple[list[dict], dic
 
 
 def run(args: argparse.Namespace) -> int:
-    from scalerl.commands.generate import resolve_model
-    from scalerl.envs.registry import get_task
+    from scalerl.envs.catalog import get_task
+    from scalerl.models import resolve_model
     from scalerl.rollout.engine import EngineConfig
     from scalerl.rollout.types import Budget
 

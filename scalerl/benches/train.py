@@ -52,8 +52,8 @@ def bare_tokens_per_s(model_path: str, batch, repeats: int = 3) -> float:
 
 
 def measure_mode(mode: str, args: argparse.Namespace, model_path: str) -> dict[str, float]:
-    from scalerl.commands.train import run_training
     from scalerl.config import load_config, validate
+    from scalerl.training import run_training
 
     overrides = [f"steps={args.steps}", "val.every=0", "checkpoint.every=0",
                  f"offpolicy.mode={mode}", "log.progress=false", "log.tensorboard=false",
@@ -94,11 +94,11 @@ def _baseline(model_path: str, rows: int) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scalerl.commands.train import resolve_model
     from scalerl.config import load_config
+    from scalerl.models import resolve_model
 
     cfg = load_config(args.config, args.set)
-    model_path = resolve_model(cfg)
+    model_path = resolve_model(cfg.policy.model)
     results = [measure_mode(m.strip(), args, model_path) for m in args.modes.split(",")]
     baseline = _baseline(model_path,
                          cfg.offpolicy.prompts_per_step * cfg.offpolicy.rollouts_per_prompt)

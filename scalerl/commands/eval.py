@@ -12,8 +12,34 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scalerl.commands.engine_args import (
+    DEFAULT_BUDGET,
+    EngineStartError,
+    add_budget_args,
+    add_engine_args,
+    engine_config,
+    override_budget,
+    start_generator,
+)
+from scalerl.rollout.engine_config import EngineConfig
 
 HELP = "evaluate checkpoints on held-out sets (unbiased pass@k, mean@n), or aggregate rollouts"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a --model evaluation runs: settings, checkpoints, and how to start the engine."""
+
+    settings: Any
+    models: list
+    engine: EngineConfig
+    fp32_head: bool
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -21,28 +47,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--rollouts", metavar="FILE",
                      help="aggregate scored rollouts (JSONL rows with task, sample_id, status)")
     src.add_argument("--model", nargs="+", metavar="PATH",
-                     help="model dirs, run dirs (their checkpoints/step-N) or checkpoints/ dirs")
+                     help="model dirs, run dirs (their checkpoints/step-N) or checkpoints/ dirs; "
+                     "a run dir also gives the defaults: its tasks, per-task budgets, "
+                     "temperature and engine settings (config.yaml)")
     parser.add_argument("--k", default="1,4,8", metavar="K[,K...]",
                         help="pass@k values (default 1,4,8); k above a sample's rollouts: null")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     g = parser.add_argument_group("with --model")
-    g.add_argument("--tasks", metavar="A,B", help="registered task names (scalerl tasks list)")
+    g.add_argument("--tasks", metavar="A,B",
+                   help="registered task names (scalerl tasks list); default: the run's")
     g.add_argument("--split", default="test", help="held-out split (default test)")
     g.add_argument("--n", type=int, default=8, help="rollouts per sample (default 8)")
-    g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
-    g.add_argument("--thinking-budget", metavar="A[:B]",
-                   help="thinking tokens before forced interruption (a range samples per rollout)")
-    g.add_argument("--answer-budget", type=int, default=512, help="tokens after </think>")
-    g.add_argument("--max-tokens", type=int, help="hard cap on generated tokens")
+    g.add_argument("--temperature", type=float,
+                   help="sampling temperature (default: the run's validation temperature, else 1)")
     g.add_argument("--seed", type=int, default=0, help="sampling seed (per rollout: seed, "
                                                        "sample id, group)")
     g.add_argument("--limit", type=int, help="N evenly spaced samples of each task's split")
     g.add_argument("--out", metavar="DIR", help="results.json, results.md, results.png, cache/")
     g.add_argument("--chunk", type=int, default=64,
                    help="samples per generation call (the unit saved to the cache)")
-    g.add_argument("--max-model-len", type=int, default=2048, help="engine context length")
-    g.add_argument("--kv-cache-gib", type=int, default=1,
-                   help="engine KV-cache GiB (whole GiB: VLLM_CPU_KVCACHE_SPACE is an integer)")
+    add_budget_args(parser)
+    add_engine_args(parser)
 
 
 def parse_ks(text: str) -> tuple[int, ...]:
@@ -54,21 +79,6 @@ def parse_ks(text: str) -> tuple[int, ...]:
     if not ks or ks[0] < 1:
         raise ValueError(f"--k {text!r}: expected comma-separated integers >= 1, e.g. 1,4,8")
     return ks
-
-
-def parse_budget(thinking: str | None, answer: int, max_tokens: int | None):
-    from scalerl.rollout.types import Budget
-
-    think: int | tuple[int, int] | None = None
-    if thinking:
-        try:
-            parts = [int(p) for p in thinking.split(":")]
-        except ValueError:
-            raise ValueError(f"--thinking-budget {thinking!r}: expected N or LOW:HIGH") from None
-        if len(parts) not in (1, 2):
-            raise ValueError(f"--thinking-budget {thinking!r}: expected N or LOW:HIGH")
-        think = parts[0] if len(parts) == 1 else (parts[0], parts[1])
-    return Budget(thinking=think, answer=answer, total=max_tokens)
 
 
 def print_report(report: dict, ks: tuple[int, ...]) -> None:
@@ -93,48 +103,81 @@ def run_rollouts(args, ks) -> int:
     return 0
 
 
-def prepare(args, ks):
-    """Settings and models of a --model run; raises ValueError before any engine starts."""
-    from scalerl.envs.registry import get_task
+def run_config_of(paths: list[str]):
+    """The config.yaml of the training run the first of `paths` belongs to (a run dir, its
+    checkpoints/ folder or one checkpoint), or None when it is no run's."""
+    from scalerl.config import config_from_data
+
+    path = Path(paths[0]).resolve()
+    for run_dir in (path, path.parent, path.parent.parent):
+        config = run_dir / "config.yaml"
+        if config.is_file() and (run_dir / "checkpoints").is_dir():
+            return config_from_data(yaml.safe_load(config.read_text()) or {})
+    return None
+
+
+def prepare(args, ks) -> Plan:
+    """Settings, models and engine of a --model run; ValueError before any engine starts."""
+    from scalerl.envs.catalog import get_task
     from scalerl.eval import EvalSettings, resolve_models
 
-    if not args.tasks or not args.out:
-        raise ValueError("--model needs --tasks A,B and --out DIR")
     if args.n < 1 or (args.limit is not None and args.limit < 1) or args.chunk < 1:
         raise ValueError("--n, --limit and --chunk must be >= 1")
-    tasks = tuple(t for t in args.tasks.split(",") if t)
+    run_cfg = run_config_of(args.model)
+    if not args.out or not (args.tasks or run_cfg):
+        raise ValueError("--model needs --out DIR, and --tasks A,B unless it is a run dir "
+                         "(whose config.yaml names its tasks)")
+    tasks = tuple(t for t in args.tasks.split(",") if t) if args.tasks else tuple(
+        t.name for t in run_cfg.tasks)
     for t in tasks:
         get_task(t).check_split(args.split)
+    run_budgets = {t.name: t.budget for t in run_cfg.tasks} if run_cfg else {}
+    budgets = tuple((t, override_budget(args, run_budgets.get(t, DEFAULT_BUDGET))) for t in tasks)
+    models = resolve_models(args.model)
     settings = EvalSettings(tasks=tasks, split=args.split, n=args.n, ks=ks,
-                            temperature=args.temperature, seed=args.seed,
-                            budget=parse_budget(args.thinking_budget, args.answer_budget,
-                                                args.max_tokens), limit=args.limit)
-    return settings, resolve_models(args.model)
+                            temperature=_temperature(args, run_cfg), seed=args.seed,
+                            budget=override_budget(args, DEFAULT_BUDGET), budgets=budgets,
+                            limit=args.limit)
+    engine = engine_config(args, models[0].path, run_cfg.engine if run_cfg else None)
+    fp32_head = args.fp32_head if args.fp32_head is not None else (
+        run_cfg.policy.fp32_head if run_cfg else True)
+    return Plan(settings, models, engine, fp32_head)
 
 
-def run_models(args, settings, models) -> int:
+def _temperature(args, run_cfg) -> float:
+    if args.temperature is not None:
+        return args.temperature
+    if run_cfg is None:
+        return 1.0
+    return run_cfg.val.temperature if run_cfg.val.temperature is not None else (
+        run_cfg.policy.temperature)
+
+
+def run_models(args, plan: Plan) -> int:
     from scalerl.eval import run_eval
 
     def make_generator(path: str):
-        from scalerl.rollout.engine import EngineConfig, Generator
+        return start_generator(path, plan.engine, fp32_head=plan.fp32_head)
 
-        return Generator(path, config=EngineConfig(max_model_len=args.max_model_len,
-                                                   kv_cache_gib=args.kv_cache_gib))
-
-    results = run_eval(models, settings, args.out, make_generator, chunk=args.chunk)
+    try:
+        results = run_eval(plan.models, plan.settings, args.out, make_generator, chunk=args.chunk)
+    except EngineStartError as exc:
+        print(f"scalerl eval: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(results))
         return 0
     for e in results["models"]:
         print(f"## {e['label']} ({e['generated_samples']} samples generated, "
               f"{e['cached_samples']} cached)")
-        print_report(e, settings.ks)
+        print_report(e, plan.settings.ks)
     print(f"wrote {args.out}/results.json, {args.out}/results.md"
           + (f", {args.out}/results.png" if len(results["models"]) > 1 else ""))
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
+    from scalerl.coerce import ConfigError
     from scalerl.envs.registry import UnknownTaskError
     from scalerl.eval import EvalInputError
 
@@ -142,8 +185,8 @@ def run(args: argparse.Namespace) -> int:
         ks = parse_ks(args.k)
         if args.rollouts:
             return run_rollouts(args, ks)
-        settings, models = prepare(args, ks)
-    except (EvalInputError, UnknownTaskError, ValueError) as exc:
+        plan = prepare(args, ks)
+    except (EvalInputError, UnknownTaskError, ConfigError, ValueError) as exc:
         print(f"scalerl eval: {exc}", file=sys.stderr)
         return 2
-    return run_models(args, settings, models)
+    return run_models(args, plan)

@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import sys
 import time
-from dataclasses import replace
-from pathlib import Path
 
+from scalerl.commands.engine_args import (
+    DEFAULT_BUDGET,
+    EngineStartError,
+    add_budget_args,
+    add_engine_args,
+    engine_config,
+    override_budget,
+    start_generator,
+)
 from scalerl.envs.base import dumps
+from scalerl.models import resolve_model
 
 HELP = "generate scored rollouts with the vLLM engine (length budgets, forced interruption)"
 
@@ -26,45 +35,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="Hugging Face model dir, or 'tiny' for the cached tiny model")
     parser.add_argument("--task", required=True, help="registered task (scalerl tasks list)")
     parser.add_argument("--split", default="test", help="split to sample from (default test)")
-    parser.add_argument("--limit", type=int, help="first N samples of the split")
+    parser.add_argument("--limit", type=int,
+                        help="N evenly spaced samples of the split (as scalerl eval)")
     parser.add_argument("--n", type=int, default=1, help="rollouts per sample (default 1)")
-    parser.add_argument("--thinking-budget", metavar="A[:B]", default=None,
-                        help="thinking tokens before forced interruption; A:B samples per "
-                        "rollout; omit (or 'none') for models with no thinking format")
-    parser.add_argument("--answer-budget", type=int, default=512,
-                        help="tokens after </think> (natural or forced); default 512")
-    parser.add_argument("--max-tokens", type=int, default=None,
-                        help="hard cap on completion tokens, forced ones included")
     parser.add_argument("--temperature", type=float, default=1.0, help="default 1.0")
     parser.add_argument("--seed", type=int, default=0, help="per-rollout seeds derive from it")
     parser.add_argument("--out", required=True, help="output JSONL file")
-    eng = parser.add_argument_group("engine")
-    eng.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    eng.add_argument("--no-fp32-head", action="store_true", help="LM head in the model dtype")
-    eng.add_argument("--kv-cache-gib", type=float, default=1.0, help="KV-cache GiB (default 1)")
-    eng.add_argument("--memory-fraction", type=float, default=0.1,
-                     help="vLLM gpu_memory_utilization (host memory on CPU); default 0.1")
-    eng.add_argument("--max-model-len", type=int, default=None,
-                     help="longest prompt + completion; default the model's "
-                     "max_position_embeddings (at most 32768)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-
-
-def resolve_model(name: str) -> str:
-    if name == "tiny":
-        from scalerl.tiny import ensure_tiny
-
-        return str(ensure_tiny(log=lambda msg: print(msg, file=sys.stderr)))
-    path = Path(name)
-    if not (path / "config.json").exists():
-        raise ValueError(f"--model {name!r}: no config.json there; give a Hugging Face model "
-                         "directory or 'tiny'")
-    return str(path)
-
-
-def model_max_len(model: str, cap: int = 32768) -> int:
-    config = json.loads((Path(model) / "config.json").read_text())
-    return min(int(config.get("max_position_embeddings") or cap), cap)
+    add_budget_args(parser)
+    add_engine_args(parser)
 
 
 def summarize(rollouts: list, seconds: float) -> dict:
@@ -104,27 +83,31 @@ def write_rollouts(gen, samples: list, *, out_path: str, n: int, budget, tempera
     return summary
 
 
+def prepare(args: argparse.Namespace):
+    """(task, samples, budget, model, engine config); ValueError before any engine starts."""
+    from scalerl.envs.catalog import get_task
+    from scalerl.rollout.evaluate import eval_samples
+
+    if args.n <= 0 or (args.limit is not None and args.limit <= 0):
+        raise ValueError(f"--n and --limit must be > 0, got {args.n} and {args.limit}")
+    task = get_task(args.task)
+    samples = eval_samples(task, args.split, args.limit)
+    budget = override_budget(args, DEFAULT_BUDGET)
+    model = resolve_model(args.model)
+    config = dataclasses.replace(engine_config(args, model), seed=args.seed)
+    return task, samples, budget, model, config
+
+
 def run(args: argparse.Namespace) -> int:
-    from scalerl.envs.registry import UnknownTaskError, get_task
-    from scalerl.rollout.budget import parse_budget
-    from scalerl.rollout.engine import EngineConfig, Generator
+    from scalerl.envs.registry import UnknownTaskError
 
     try:
-        task = get_task(args.task)
-        task.check_split(args.split)
-        budget = parse_budget(args.thinking_budget, args.answer_budget, args.max_tokens)
-        config = EngineConfig(dtype=args.dtype, fp32_head=not args.no_fp32_head,
-                              kv_cache_gib=args.kv_cache_gib, memory_fraction=args.memory_fraction,
-                              seed=args.seed)
-        if args.n <= 0:
-            raise ValueError(f"--n must be > 0, got {args.n}")
-        model = resolve_model(args.model)
-        config = replace(config, max_model_len=args.max_model_len or model_max_len(model))
-    except (ValueError, UnknownTaskError) as exc:
+        task, samples, budget, model, config = prepare(args)
+        gen = start_generator(model, config, fp32_head=args.fp32_head is not False)
+    except (ValueError, UnknownTaskError, EngineStartError) as exc:
         print(f"scalerl generate: {exc}", file=sys.stderr)
         return 2
-    samples = list(task.samples(args.split))[: args.limit]
-    with Generator(model, config=config) as gen:
+    with gen:
         summary = write_rollouts(gen, samples, out_path=args.out, n=args.n, budget=budget,
                                  temperature=args.temperature, seed=args.seed,
                                  desc=f"generate {args.task}")

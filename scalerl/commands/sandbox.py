@@ -26,7 +26,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("run", help="run one Python file in the sandbox; print the result as JSON")
     p.add_argument("file", type=Path, help="the Python program to run")
     p.add_argument("--stdin", type=Path, help="file whose bytes become the program's stdin")
-    p.add_argument("--backend", help="bwrap, docker or process (default: bwrap, else docker)")
+    p.add_argument("--backend",
+                   help="bwrap, bwrap-cold, docker or process (default: bwrap, else docker)")
     p.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds (default 10)")
     p.add_argument("--memory-mb", type=int, default=512, help="memory limit in MiB (default 512)")
     p.set_defaults(_action=_run)
@@ -135,7 +136,7 @@ def _image(args: argparse.Namespace) -> int:
     import docker
     import docker.errors
 
-    from scalerl.sandbox.image import IMAGE, build_image
+    from scalerl.sandbox.docker_image import IMAGE, build_image
 
     try:
         client = docker.from_env()

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from scalerl.envs.base import STATUSES, Sample, Score, dumps, reward_for, truncate
-from scalerl.envs.registry import UnknownTaskError, get_kind, get_task, task_names
+from scalerl.envs.catalog import get_kind, get_task, task_names
+from scalerl.envs.registry import UnknownTaskError
 
 HELP = "score model outputs offline (JSONL rows in, one verdict per row out, in input order)"
 

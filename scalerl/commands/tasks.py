@@ -12,9 +12,11 @@ import json
 import sys
 from typing import Any
 
-from scalerl.envs.base import SPLITS, Task, dumps
+from scalerl.envs.base import SPLITS, dumps
+from scalerl.envs.catalog import get_task, prefixes, task_names
 from scalerl.envs.data import DataError
-from scalerl.envs.registry import UnknownTaskError, get_task, prefixes, task_names
+from scalerl.envs.registry import UnknownTaskError
+from scalerl.envs.task import Task
 
 HELP = "list registered tasks (name, kind, split sizes, source) and show their samples"
 USER_ERRORS = (UnknownTaskError, DataError, ValueError, RuntimeError, OSError)

@@ -1,7 +1,7 @@
 """`scalerl train`: RL-train a policy with a ScaleRL recipe (default: the tiny CPU model).
 
-Loads and validates the config (a recipe name or YAML file plus `--set a.b=c` overrides), builds
-the model, the vLLM generator and the task mixture, and runs `trainer.offpolicy.train`. Prints
+Loads and validates the config (a recipe name or YAML file plus `--set a.b=c` overrides), then
+runs `scalerl.training.run_training` (model, vLLM generator, task mixture, the loop). Prints
 held-out pass@1 per task before and after, the wall time and the peak resident memory of the whole
 process tree. `--resume` continues the run in `--run-dir` from its last checkpoint.
 """
@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 
 from scalerl.config import ConfigError, RunConfig, load_config, recipe_names, to_dict, validate
+from scalerl.models import resolve_model
+from scalerl.training import PeakRSS, run_training
 
 HELP = "train a policy with a ScaleRL recipe (no config: the tiny model on arith + synth_code)"
 
@@ -35,29 +36,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="print the resolved, validated config as YAML and exit")
 
 
-class PeakRSS:
-    """Samples the resident memory of this process and all its children in the background."""
-
-    def __init__(self, every_s: float = 0.5):
-        from scalerl.rollout.engine import process_tree_rss_mb
-
-        self._measure = process_tree_rss_mb
-        self.peak_mb = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(every_s,), daemon=True)
-        self._thread.start()
-
-    def _run(self, every_s: float) -> None:
-        while not self._stop.is_set():
-            self.peak_mb = max(self.peak_mb, self._measure()["total_mb"])
-            self._stop.wait(every_s)
-
-    def stop(self) -> float:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        return self.peak_mb
-
-
 def resolve_run_dir(args: argparse.Namespace) -> Path:
     if args.resume and not args.run_dir:
         raise ConfigError("--resume needs --run-dir (the run to continue)")
@@ -65,28 +43,6 @@ def resolve_run_dir(args: argparse.Namespace) -> Path:
         return Path(args.run_dir)
     name = Path(args.config).stem if args.config else "tiny-cpu"
     return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def resolve_model(cfg: RunConfig) -> str:
-    if cfg.policy.model != "tiny":
-        return cfg.policy.model
-    from scalerl.tiny import ensure_tiny
-
-    return str(ensure_tiny())
-
-
-def build_accelerator(dtype: str):
-    import torch
-    from accelerate import Accelerator
-
-    on_gpu = torch.cuda.is_available()
-    mixed = "bf16" if on_gpu and dtype == "auto" else "no"
-    return Accelerator(cpu=not on_gpu, mixed_precision=mixed)
-
-
-def policy_dtype(dtype: str) -> str:
-    """`auto`: float32 weights (bf16 autocast on GPU comes from the Accelerator)."""
-    return "float32" if dtype == "auto" else dtype
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,7 +84,7 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool) -> int:
         return 2
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_config(cfg, run_dir)
-    model_path = str(ckpt) if ckpt else resolve_model(cfg)
+    model_path = str(ckpt) if ckpt else resolve_model(cfg.policy.model)
     result = run_training(cfg, run_dir, model_path, ckpt)
     if result is None:
         return 0
@@ -142,55 +98,6 @@ def _write_config(cfg: RunConfig, run_dir: Path) -> None:
     import yaml
 
     (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-
-
-def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | None = None):
-    """Build model, generator and tasks; train; return the Run (None on ranks other than 0)."""
-    from transformers import AutoTokenizer
-
-    from scalerl.envs.registry import get_task
-    from scalerl.rollout.engine import Generator
-    from scalerl.trainer.offpolicy import TrainTask, train
-    from scalerl.trainer.policy import check_head_precision, load_policy
-
-    check_head_precision(cfg.engine.fp32_head, cfg.policy.fp32_head)
-    accelerator = build_accelerator(cfg.policy.dtype)
-    model = load_policy(model_path, policy_dtype(cfg.policy.dtype))
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    tasks = {t.name: TrainTask(get_task(t.name), t.budget(), t.weight) for t in cfg.tasks}
-    generator = (Generator(model_path, config=engine_config(cfg))
-                 if accelerator.is_main_process else None)
-    set_cpu_threads(cfg.policy.cpu_threads)  # after the engine starts: its processes keep theirs
-    try:
-        run = train(cfg, model=model, tokenizer=tokenizer, generator=generator, tasks=tasks,
-                    run_dir=run_dir, accelerator=accelerator, resume_from=ckpt)
-    finally:
-        if generator is not None:
-            generator.close()
-    return run if accelerator.is_main_process else None
-
-
-def set_cpu_threads(threads: int | None) -> None:
-    """The trainer's torch threads on CPU (`policy.cpu_threads`); GPU runs keep torch's default.
-
-    No core pinning: keeping the trainer off the core vLLM binds its worker to was measured
-    slower (PipelineRL-8 0.33 vs 0.42 steps/s on 2 cores): vLLM's scheduler process and its
-    output handling need the other core, and the worker's core has gaps the trainer fills."""
-    import torch
-
-    if threads is not None and not torch.cuda.is_available():
-        torch.set_num_threads(threads)
-
-
-def engine_config(cfg: RunConfig):
-    """The engine config, with a whole kv_cache_gib passed as an int (VLLM_CPU_KVCACHE_SPACE
-    rejects "1.0")."""
-    import dataclasses
-
-    gib = cfg.engine.kv_cache_gib
-    if float(gib).is_integer():
-        return dataclasses.replace(cfg.engine, kv_cache_gib=int(gib))
-    return cfg.engine
 
 
 def _report(run, run_dir: Path, wall_s: float, peak_mb: float) -> None:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from scalerl.envs import registry
+from scalerl.envs import catalog, registry
 from scalerl.envs.base import Score
 from scalerl.envs.data import (
     DataError,
@@ -20,7 +20,7 @@ from scalerl.envs.data import (
     split_of,
 )
 from scalerl.envs.filetask import FileTask
-from scalerl.envs.math_tasks import last_boxed, read_math_gold
+from scalerl.envs.math.files import last_boxed, read_math_gold
 
 
 def write_jsonl(path, rows):
@@ -31,7 +31,7 @@ def write_jsonl(path, rows):
 @pytest.fixture
 def toy_kind(monkeypatch):
     """A kind that checks `completion == answer`, registered for one test only."""
-    registry.task_names()  # load built-ins before snapshotting
+    catalog.task_names()  # load built-ins and plugins before snapshotting
     monkeypatch.setattr(registry, "_KINDS", dict(registry._KINDS))
     seen_options = []
 
@@ -208,7 +208,7 @@ def test_file_task_passes_thinking_flag_and_options_to_the_kind(tmp_path, toy_ki
 
 
 def test_a_kind_that_raises_gives_an_error_score_not_a_wrong_one(tmp_path, monkeypatch):
-    registry.task_names()
+    catalog.task_names()
     monkeypatch.setattr(registry, "_KINDS", dict(registry._KINDS))
 
     def broken(sample, completion, options):

@@ -1,26 +1,39 @@
-"""The registry's three routes (decorator, task spec, `scalerl.tasks` entry point) and bad names."""
+"""The three routes in (decorator, task spec, `scalerl.tasks` entry point), run as README.md
+writes them, and bad names."""
 
 import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from scalerl.envs import registry, spec
-from scalerl.envs.base import Sample, Score, Task
-from scalerl.envs.registry import UnknownTaskError, get_kind, get_task, register_task
+from scalerl.envs import catalog, registry, spec
+from scalerl.envs.base import Sample
+from scalerl.envs.catalog import get_kind, get_task
+from scalerl.envs.registry import UnknownTaskError, register_task
 from scalerl.envs.spec import SpecError, register_spec_file
+from scalerl.envs.task import Task
 
 SCALERL = str(Path(sys.executable).with_name("scalerl"))
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_block(first_line: str) -> str:
+    """The fenced block of README.md whose first line is `first_line`, exactly as written."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if line == first_line and i > 0 and lines[i - 1].startswith("```"):
+            end = lines.index("```", i)
+            return "\n".join(lines[i:end]) + "\n"
+    raise AssertionError(f"README.md has no fenced block starting with {first_line!r}")
 
 
 @pytest.fixture(autouse=True)
 def isolated_registry(monkeypatch):
     """Each test registers into copies of the registry's tables, restored afterwards."""
-    registry.task_names()  # built-ins loaded before the copy
+    catalog.task_names()  # built-ins and plugins loaded before the copy
     for table in ("_TASKS", "_INSTANCES", "_KINDS", "_PREFIXES"):
         monkeypatch.setattr(registry, table, dict(getattr(registry, table)))
     monkeypatch.setattr(spec, "_FROM_SPEC", {})
@@ -38,52 +51,33 @@ def test_decorator_registers_a_task_class():
     class Echo(Task):
         kind = "math"
 
-        def samples(self, split):
-            self.check_split(split)
-            return (Sample(id="1", task=self.name, prompt="say 7", answer="7"),)
-
-        def score(self, sample, completion):
-            ok = completion == sample.answer
-            return Score("correct" if ok else "wrong", 1.0 if ok else -1.0)
+        def build(self, split):
+            return [Sample(id="1", task=self.name, prompt="say 7", answer="7")]
 
     task = get_task("echo_test")
     assert isinstance(task, Echo) and task.name == "echo_test"
     assert get_task("echo_test") is task  # built once
-    assert task.score(task.samples("test")[0], "7").correct
+    assert task.score(task.samples("test")[0], "\\boxed{7}").correct  # the math kind judged it
     with pytest.raises(ValueError, match="task 'echo_test' has no split 'val'; valid: train, test"):
         task.samples("val")
 
 
-TASK_FILE = '''
-from scalerl.envs.base import Sample, Task
-from scalerl.envs.registry import get_kind, register_task
-
-
-@register_task("times3")
-class TimesThree(Task):
-    kind = "math"
-
-    def samples(self, split):
-        self.check_split(split)
-        start = 0 if split == "train" else 1000
-        return tuple(Sample(id=f"{split}-{i}", task=self.name, prompt=f"{i}*3?", answer=str(3 * i))
-                     for i in range(start, start + 10))
-
-    def score(self, sample, completion):
-        return get_kind("math").score(sample, completion, {})
-'''
-
-
-def test_decorated_tasks_in_a_python_file_reach_the_cli(tmp_path):
-    (tmp_path / "my_tasks.py").write_text(TASK_FILE)
+def test_readme_decorator_example_reaches_the_cli(tmp_path):
+    (tmp_path / "my_tasks.py").write_text(readme_block("# my_tasks.py"))
     env = {"SCALERL_TASKS": str(tmp_path / "my_tasks.py")}
     out = _run(["tasks", "list", "--json"], env)
+    assert out.returncode == 0, out.stderr
     rows = {r["name"]: r for r in map(json.loads, out.stdout.splitlines())}
-    assert rows["times3"]["splits"] == {"train": 10, "test": 10}
-    row = json.dumps({"id": 1, "task": "times3", "sample_id": "test-1002",
-                      "completion": "\\boxed{3006}"})
-    out = _run(["score"], env, input=row + "\n")
-    assert json.loads(out.stdout)["status"] == "correct", out.stderr
+    assert rows["times3"] == {"name": "times3", "kind": "math", "source": "my_tasks.py",
+                              "splits": {"train": 100, "test": 100}}
+    out = _run(["tasks", "show", "times3", "-n", "1"], env)
+    assert out.returncode == 0 and "What is 1000 * 3?" in out.stdout, out.stderr
+    rows_in = "".join(json.dumps({"id": i, "task": "times3", "sample_id": "test-1002",
+                                  "completion": c}) + "\n"
+                      for i, c in enumerate(["So \\boxed{3006}.", "\\boxed{3005}"]))
+    out = _run(["score"], env, input=rows_in)
+    statuses = [json.loads(line)["status"] for line in out.stdout.splitlines()]
+    assert statuses == ["correct", "wrong"], out.stderr
 
 
 def test_a_broken_python_task_file_is_one_line(tmp_path):
@@ -102,7 +96,7 @@ def test_unknown_task_is_one_line_listing_the_known_names():
         get_task("gsm9k")
     assert str(info.value) == (
         "unknown task 'gsm9k'; known tasks: " + ", ".join(
-            registry.task_names() + [f"{p}:<name>" for p in registry.prefixes()])
+            catalog.task_names() + [f"{p}:<name>" for p in catalog.prefixes()])
     )
     assert "arith" in str(info.value) and "rg:<name>" in str(info.value)
 
@@ -187,41 +181,12 @@ def test_missing_data_file_of_a_spec_task_is_reported_on_its_row(tmp_path):
 
 
 # --- route 3: a pip-installed plugin exposing a `scalerl.tasks` entry point ---------------------
-PLUGIN = '''
-"""A throwaway scalerl task plugin."""
-from scalerl.envs.base import Sample, Score, Task
-
-
-class Capitals(Task):
-    kind = "capitals"
-    source = "plugin"
-
-    def samples(self, split):
-        self.check_split(split)
-        return (Sample(id="fr", task=self.name, prompt="Capital of France?", answer="Paris"),)
-
-    def score(self, sample, completion):
-        ok = completion.strip().lower() == sample.answer.lower()
-        return Score("correct" if ok else "wrong", 1.0 if ok else -1.0, "case-insensitive")
-'''
-
-
 @pytest.fixture(scope="module")
 def plugin_dir(tmp_path_factory):
+    """README.md's plugin, as written there, pip-installed into a folder of its own."""
     src = tmp_path_factory.mktemp("plugin_src")
-    (src / "capitals_plugin.py").write_text(PLUGIN)
-    (src / "pyproject.toml").write_text(textwrap.dedent("""
-        [build-system]
-        requires = ["setuptools>=61"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "capitals-plugin"
-        version = "0.0.1"
-        [tool.setuptools]
-        py-modules = ["capitals_plugin"]
-        [project.entry-points."scalerl.tasks"]
-        capitals = "capitals_plugin:Capitals"
-    """))
+    (src / "capitals_plugin.py").write_text(readme_block("# capitals_plugin.py"))
+    (src / "pyproject.toml").write_text(readme_block("# pyproject.toml of your package"))
     target = tmp_path_factory.mktemp("plugin_site")
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",

@@ -121,7 +121,10 @@ def test_parse_budget_reads_fixed_range_and_none():
         B.parse_budget("12:10", 4)
 
 
-def test_max_completion_tokens_counts_the_phrase():
-    assert B.max_completion_tokens(Budget(thinking=(5, 10), answer=4), 3) == 17
-    assert B.max_completion_tokens(Budget(thinking=None, answer=4), 3) == 4
-    assert B.max_completion_tokens(Budget(thinking=10, answer=4, total=8), 3) == 8
+def test_hard_cap_counts_the_phrase_once_defined():
+    assert Budget(thinking=(5, 10), answer=4).hard_cap(3) == 17  # largest thinking + phrase
+    assert Budget(thinking=(5, 10), answer=4).hard_cap(3, thinking=6) == 13  # one rollout's
+    assert Budget(thinking=None, answer=4).hard_cap(3) == 4  # no thinking format: no phrase
+    assert Budget(thinking=10, answer=4, total=8).hard_cap(3) == 8
+    plan = B.plan_rollout(Budget(thinking=(5, 10), answer=4), 3, seed=1)
+    assert plan.cap == Budget(thinking=(5, 10), answer=4).hard_cap(3, thinking=plan.thinking)

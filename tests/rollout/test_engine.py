@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from scalerl.envs.base import Sample
-from scalerl.envs.registry import get_task
+from scalerl.envs.catalog import get_task
 from scalerl.rollout.engine import WeightUpdateError
 from scalerl.rollout.types import INTERRUPTION_PHRASE, Budget
 

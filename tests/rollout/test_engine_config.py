@@ -2,9 +2,8 @@
 
 import pytest
 
-from scalerl.rollout.engine import EngineConfig, PrecisionMismatchError, check_precision_match
-from scalerl.rollout.engine_config import process_tree_rss_mb
-from scalerl.rollout.weights import expand_versions
+from scalerl.rollout.engine_config import EngineConfig, process_tree_rss_mb
+from scalerl.rollout.weights import PrecisionMismatchError, check_precision_match, expand_versions
 
 
 def test_precision_check_passes_when_both_sides_agree():
@@ -43,14 +42,15 @@ def test_versions_expand_from_update_marks():
 
 
 def test_vllm_kwargs_carry_every_engine_setting():
-    config = EngineConfig(dtype="bfloat16", fp32_head=False, max_model_len=2048, max_num_seqs=8,
+    config = EngineConfig(dtype="bfloat16", max_model_len=2048, max_num_seqs=8,
                           seed=3, chunked_prefill=True, enforce_eager=True)
-    kw = config.vllm_kwargs("/m")
+    kw = config.vllm_kwargs("/m", fp32_head=False)
     assert kw["model"] == "/m" and kw["dtype"] == "bfloat16" and kw["seed"] == 3
     assert kw["max_model_len"] == 2048 and kw["max_num_batched_tokens"] == 4096
     assert kw["max_num_seqs"] == 8 and kw["enforce_eager"] and kw["enable_chunked_prefill"]
     assert kw["hf_overrides"] == {} and kw["logprobs_mode"] == "processed_logprobs"
-    assert EngineConfig().vllm_kwargs("/m")["hf_overrides"] == {"head_dtype": "float32"}
+    assert EngineConfig().vllm_kwargs("/m", fp32_head=True)["hf_overrides"] == {
+        "head_dtype": "float32"}
 
 
 def test_rss_of_given_children_only():

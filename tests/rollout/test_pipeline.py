@@ -225,7 +225,7 @@ def test_real_engine_keeps_the_lag_bound_through_in_flight_publishes(engine, tin
 
     from safetensors.torch import load_file
 
-    from scalerl.envs.registry import get_task
+    from scalerl.envs.catalog import get_task
     from scalerl.trainer.publish import InProcessPublisher
 
     base: dict = {}

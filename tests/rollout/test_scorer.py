@@ -7,18 +7,19 @@ produced with a real task (real verifiers never raise), and real latency varies 
 import threading
 import time
 
-from scalerl.envs.base import Sample, Score, Task
-from scalerl.envs.registry import get_task
-from scalerl.rollout.scorer import Scorer, safe_score
+from scalerl.envs.base import Sample, Score
+from scalerl.envs.catalog import get_task
+from scalerl.envs.task import Task
+from scalerl.rollout.scorer import Scorer
 
 
 class Exploding(Task):
     name, kind = "exploding", "math"
 
-    def samples(self, split):
+    def build(self, split):
         return []
 
-    def score(self, sample, completion):
+    def judge(self, sample, completion):
         raise ZeroDivisionError("boom")
 
 
@@ -28,20 +29,22 @@ class Slow(Task):
     def __init__(self):
         self.threads = set()
 
-    def samples(self, split):
+    def build(self, split):
         return []
 
-    def score(self, sample, completion):
+    def judge(self, sample, completion):
         self.threads.add(threading.get_ident())
         time.sleep(0.2)
         return Score(status="correct", reward=1.0)
 
 
-def test_raising_verifier_becomes_an_error_score():
-    s = Sample(id="x", task="exploding", prompt="p")
-    score = safe_score(Exploding(), s, "c")
+def test_raising_verifier_becomes_an_error_score_through_the_scorer():
+    exploding = Exploding()
+    with Scorer(max_workers=1, lookup=lambda name: exploding) as scorer:
+        score = scorer.score(Sample(id="x", task="exploding", prompt="p"), "c")
+        assert scorer.statuses() == {"exploding": {"error": 1}}
     assert score.status == "error" and score.reward == -1.0
-    assert "ZeroDivisionError: boom" in score.detail
+    assert score.detail == "task 'exploding': judge raised ZeroDivisionError: boom"
 
 
 def test_unknown_task_is_an_error_score_not_an_exception():

@@ -24,7 +24,7 @@ def test_uncaught_exception_is_runtime_error_with_traceback(backend):
     r = backend.run(["python", "-c", "1/0"])
     assert r.status == "runtime_error" and r.exit_code == 1
     assert r.stderr.endswith(b"ZeroDivisionError: division by zero\n")
-    assert b"launcher" not in r.stderr and b"runpy" not in r.stderr
+    assert b"supervisor" not in r.stderr and b"runpy" not in r.stderr
 
 
 def test_write_to_fd1_directly_and_1_3_mb_output_pass(backend):

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from scalerl.sandbox import Limits
-from scalerl.sandbox.warm import WarmBwrapBackend
+from scalerl.sandbox.bwrap_warm import BwrapWarmBackend
 
 LEAVE_TRACES = r"""
 import ctypes, os, sys
@@ -55,7 +55,7 @@ def _memory_of(pid: int) -> bytes:
 @pytest.fixture
 def one_worker(require_backend):
     require_backend("bwrap")
-    backend = WarmBwrapBackend(max_workers=1)
+    backend = BwrapWarmBackend(max_workers=1)
     yield backend
     backend.close()
 

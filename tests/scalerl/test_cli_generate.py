@@ -6,7 +6,7 @@ import pytest
 
 from scalerl.cli import main
 from scalerl.commands.generate import write_rollouts
-from scalerl.envs.registry import get_task
+from scalerl.envs.catalog import get_task
 from scalerl.rollout.types import Budget
 
 REQUIRED = {"sample_id", "task", "completion", "token_ids", "logprobs", "finish_reason",
@@ -18,7 +18,10 @@ REQUIRED = {"sample_id", "task", "completion", "token_ids", "logprobs", "finish_
     (["--model", "/nonexistent", "--task", "arith"], "no config.json there"),
     (["--model", "tiny", "--task", "arith", "--thinking-budget", "x"], "expected A or A:B"),
     (["--model", "tiny", "--task", "arith", "--split", "nope"], "no split 'nope'"),
-    (["--model", "tiny", "--task", "arith", "--n", "0"], "--n must be > 0"),
+    (["--model", "tiny", "--task", "arith", "--n", "0"], "--n and --limit must be > 0"),
+    (["--model", "tiny", "--task", "arith", "--max-model-len", "999999"],
+     "--max-model-len 999999 exceeds the context length of"),
+    (["--model", "tiny", "--task", "arith", "--answer-budget", "0"], "Budget.answer must be > 0"),
 ])
 def test_bad_arguments_fail_in_one_line(argv, message, tmp_path, capsys):
     assert main(["generate", *argv, "--out", str(tmp_path / "o.jsonl")]) == 2

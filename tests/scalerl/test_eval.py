@@ -3,6 +3,7 @@
 The engine-free parts run fast; one slow test drives the real vLLM engine through the cache.
 """
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from scalerl import cli
 from scalerl.envs.base import Score
-from scalerl.envs.registry import get_task
+from scalerl.envs.catalog import get_task
 from scalerl.eval import (
     EvalInputError,
     EvalSettings,
@@ -83,7 +84,7 @@ def test_malformed_rollouts_file_is_one_line_error(tmp_path, capsys, content, me
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--model", "x/y"], "--model needs --tasks A,B and --out DIR"),
+    (["--model", "x/y"], "--model needs --out DIR, and --tasks A,B unless it is a run dir"),
     (["--model", "x/y", "--tasks", "no_such_task", "--out", "o"], "unknown task 'no_such_task'"),
     (["--model", "./nowhere", "--tasks", "arith", "--out", "o"], "no such model directory"),
     (["--rollouts", "r.jsonl", "--k", "0,2"], "--k '0,2'"),
@@ -133,8 +134,18 @@ def test_cache_keeps_complete_samples_and_skips_a_torn_line(tmp_path):
     assert set(cache.load("m", settings, "t1")) == {"a", "b"}
     other = EvalSettings(tasks=("t1",), n=4, temperature=0.7)
     assert cache.load("m", other, "t1") == {}  # other sampling settings: other entry
-    assert other.key() != settings.key()
-    assert EvalSettings(tasks=("x",), n=4, limit=3, ks=(1,)).key() == settings.key()
+    assert other.key("t1") != settings.key("t1")
+    assert EvalSettings(tasks=("x",), n=4, limit=3, ks=(1,)).key("t1") == settings.key("t1")
+
+
+def test_cache_key_covers_every_budget_field_per_task():
+    base = EvalSettings(tasks=("a", "b"), n=4, budgets=(("a", Budget(answer=16)),))
+    assert base.budget_for("a") == Budget(answer=16) and base.budget_for("b") == Budget()
+    assert base.key("a") != base.key("b")
+    for change in ({"thinking": 8}, {"answer": 17}, {"total": 40}, {"phrase": "stop. </think>"}):
+        other = EvalSettings(tasks=("a",), n=4,
+                             budgets=(("a", dataclasses.replace(Budget(answer=16), **change)),))
+        assert other.key("a") != base.key("a"), change
 
 
 def fill_cache(out: Path, model: str, settings: EvalSettings, statuses: list[str]):
@@ -214,3 +225,31 @@ def test_limited_eval_samples_are_evenly_spaced_over_every_arith_level():
     levels = {s.meta["level"] for s in every}
     assert {s.meta["level"] for s in picked} == levels  # a prefix would hold add2 only
     assert eval_samples(task, "test", None) == every == eval_samples(task, "test", 10**6)
+
+
+def test_a_run_dir_gives_its_tasks_budgets_temperature_and_engine(tmp_path):
+    import yaml
+
+    from scalerl.cli import build_parser
+    from scalerl.commands.eval import prepare
+    from scalerl.config import load_config, to_dict
+
+    cfg = load_config("tiny-cpu", ["val.temperature=0.7", "engine.max_model_len=384",
+                                   "policy.fp32_head=false"])
+    run = tmp_path / "run"
+    make_checkpoint(run / "checkpoints" / "step-000020")
+    (run / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg)))
+    parse = build_parser("eval").parse_args
+    plan = prepare(parse(["eval", "--model", str(run), "--out", str(tmp_path / "o")]), (1,))
+    assert plan.settings.tasks == ("arith", "synth_code")
+    assert plan.settings.budget_for("arith") == Budget(thinking=48, answer=16)
+    assert plan.settings.budget_for("synth_code") == Budget(thinking=96, answer=96)
+    assert plan.settings.temperature == 0.7 and plan.fp32_head is False
+    assert plan.engine.max_model_len == 384 and plan.engine == cfg.engine
+    flags = parse(["eval", "--model", str(run / "checkpoints" / "step-000020"), "--out", "o",
+                   "--tasks", "arith", "--answer-budget", "8", "--temperature", "1.0",
+                   "--max-model-len", "256"])
+    plan = prepare(flags, (1,))
+    assert plan.settings.tasks == ("arith",) and plan.settings.temperature == 1.0
+    assert plan.settings.budget_for("arith") == Budget(thinking=48, answer=8)
+    assert plan.engine.max_model_len == 256

@@ -54,7 +54,8 @@ class SeededGenerator:
 
 def settings(**kw) -> SourceSettings:
     base = dict(budgets={"arith": Budget(answer=8), "code": Budget(answer=4)},
-                prompts_per_step=3, rollouts_per_prompt=2, temperature=1.0, seed=5, k=1)
+                prompts_per_step=3, rollouts_per_prompt=2, temperature=1.0, seed=5, k=1,
+                max_lag=2)
     return SourceSettings(**(base | kw))
 
 
@@ -85,7 +86,7 @@ def key(groups) -> list:
 def test_max_lag_zero_serves_what_ppo_offpolicy_1_serves():
     ppo_gen, pipe_gen = SeededGenerator(), SeededGenerator()
     ppo = drive(PPOOffPolicy(ppo_gen, sampler(), settings()), steps=4)
-    source = PipelineSource(pipe_gen, sampler(), settings(), max_lag=0)
+    source = PipelineSource(pipe_gen, sampler(), settings(max_lag=0))
     try:
         pipe = drive(source, steps=4)
     finally:
@@ -96,7 +97,7 @@ def test_max_lag_zero_serves_what_ppo_offpolicy_1_serves():
 
 def test_lag_bound_holds_as_the_loop_drives_the_source():
     gen = SeededGenerator()
-    source = PipelineSource(gen, sampler(), settings(), max_lag=2)
+    source = PipelineSource(gen, sampler(), settings(max_lag=2))
     try:
         lags = []
         for step in range(8):
@@ -114,7 +115,7 @@ def test_lag_bound_holds_as_the_loop_drives_the_source():
 
 def test_state_survives_torch_save_without_repeating_or_skipping():
     gen = SeededGenerator(token_s=0.004)
-    first = PipelineSource(gen, sampler(), settings(), max_lag=2)
+    first = PipelineSource(gen, sampler(), settings(max_lag=2))
     try:
         before = drive(first, steps=3, step_s=0.01)
         buf = io.BytesIO()
@@ -125,7 +126,7 @@ def test_state_survives_torch_save_without_repeating_or_skipping():
     state = torch.load(buf, weights_only=False)
 
     gen2 = SeededGenerator()
-    second = PipelineSource(gen2, sampler(), settings(), max_lag=2)
+    second = PipelineSource(gen2, sampler(), settings(max_lag=2))
     second.load_state_dict(state)
     second.on_step(3, WEIGHTS)  # what the loop's restore() does: tag the restored version
     try:
@@ -133,7 +134,7 @@ def test_state_survives_torch_save_without_repeating_or_skipping():
     finally:
         second.close()
     uninterrupted_gen = SeededGenerator()
-    ref = PipelineSource(uninterrupted_gen, sampler(), settings(), max_lag=0)
+    ref = PipelineSource(uninterrupted_gen, sampler(), settings(max_lag=0))
     try:
         expected = drive(ref, steps=6)
     finally:
@@ -142,19 +143,14 @@ def test_state_survives_torch_save_without_repeating_or_skipping():
     assert ids == [[r.sample_id for g in step for r in g[:1]] for step in expected]
 
 
-def test_k_other_than_one_is_refused_with_the_knob_to_use():
-    with pytest.raises(ValueError, match="offpolicy.k = 8: .*offpolicy.max_lag"):
-        PipelineSource(SeededGenerator(), sampler(), settings(k=8), max_lag=8)
-
-
 def test_resuming_from_another_mode_is_refused():
-    source = PipelineSource(SeededGenerator(), sampler(), settings(), max_lag=1)
+    source = PipelineSource(SeededGenerator(), sampler(), settings(max_lag=1))
     with pytest.raises(ValueError, match="not PipelineRL's"):
         source.load_state_dict({"round": 3, "pending": [], "sampler": None})
 
 
 def test_generation_tokens_per_s_is_batch_tokens_over_generator_busy_time():
-    source = PipelineSource(SeededGenerator(), sampler(), settings(), max_lag=1)
+    source = PipelineSource(SeededGenerator(), sampler(), settings(max_lag=1))
     try:
         busy_total, seen = 0.0, []
         for step in range(4):

@@ -1,0 +1,264 @@
+"""Test formats -> what the in-sandbox harness runs, and how each of its records is judged.
+
+`plan_tests` validates `stdio`, `call` and `assert` tests (one-line `TestFormatError` otherwise)
+and returns a `Plan`: the harness spec (inputs only: expected values stay in this process) and a
+judge comparing one harness record with the expected value. Comparison is on plain values decoded
+from strict tagged JSON, so no object from the candidate's process ever reaches `==` here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from scalerl.envs.base import truncate
+from scalerl.envs.code.asserts import convert_check
+
+TEST_TYPES = ("stdio", "call", "assert")
+STDOUT_CAP = 4 << 20
+"""Bytes of a stdio program's output kept per test; more fails that test (`output_limit`)."""
+
+Judge = Callable[[int, Mapping[str, Any]], tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run for one problem: the harness spec (sent on stdin) and how to judge records."""
+
+    spec: dict[str, Any]
+    n_tests: int
+    judge: Judge
+    """judge(test index, harness record) -> (pass | wrong | timeout | error, detail)."""
+
+
+# --- comparison (the parent side; values are plain, decoded from strict JSON) ------------------
+def untag(x: Any) -> Any:
+    """Decode the harness's tagged JSON; raises ValueError on anything malformed."""
+    if isinstance(x, list):
+        return [untag(v) for v in x]
+    if isinstance(x, dict):
+        if len(x) != 1:
+            raise ValueError("malformed tagged value")
+        ((tag, items),) = x.items()
+        if tag not in ("tuple", "dict", "set") or not isinstance(items, list):
+            raise ValueError(f"unknown tag {tag!r}")
+        if tag == "tuple":
+            return tuple(untag(v) for v in items)
+        if tag == "set":
+            return {untag(v) for v in items}
+        if not all(isinstance(kv, list) and len(kv) == 2 for kv in items):
+            raise ValueError("malformed dict")
+        return {untag(k): untag(v) for k, v in items}
+    return x
+
+
+def as_json(x: Any) -> Any:
+    """JSON's view of a value (tuples become lists), for tests whose outputs came from JSON."""
+    if isinstance(x, list | tuple):
+        return [as_json(v) for v in x]
+    if isinstance(x, dict):
+        return {k: as_json(v) for k, v in x.items()}
+    return x
+
+
+def values_equal(actual: Any, expected: Any, float_tol: float | None = None) -> bool:
+    """`==` on plain values; with `float_tol`, numbers compare with math.isclose (abs and rel)."""
+    if float_tol is None:
+        return bool(actual == expected)
+    if _is_number(actual) and _is_number(expected) and (isinstance(actual, float)
+                                                         or isinstance(expected, float)):
+        return math.isclose(actual, expected, rel_tol=float_tol, abs_tol=float_tol)
+    if isinstance(actual, list | tuple) and isinstance(expected, list | tuple):
+        pairs = zip(actual, expected, strict=False)
+        return (type(actual) is type(expected) and len(actual) == len(expected)
+                and all(values_equal(a, e, float_tol) for a, e in pairs))
+    return bool(actual == expected)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+COMPARATORS = {
+    "eq": lambda a, e, tol: values_equal(a, e),
+    "eq_tuple": lambda a, e, tol: isinstance(a, list | tuple | str) and tuple(a) == e,
+    "is": lambda a, e, tol: a is e,  # e is True/False/None; decoded JSON keeps their identity
+    "truthy": lambda a, e, tol: bool(a),
+    "falsy": lambda a, e, tol: not a,
+    "abs_lt": lambda a, e, tol: _is_number(a) and abs(a - e) < tol,
+    "abs_le": lambda a, e, tol: _is_number(a) and abs(a - e) <= tol,
+}
+
+
+def stdio_equal(actual: str, expected: str, float_tol: float | None = None) -> bool:
+    """Per line, whitespace-tokenised, case-sensitive; trailing blank lines and spaces ignored."""
+    a_lines, e_lines = actual.strip().split("\n"), expected.strip().split("\n")
+    if len(a_lines) != len(e_lines):
+        return False
+    for a_line, e_line in zip(a_lines, e_lines, strict=True):
+        a_tok, e_tok = a_line.split(), e_line.split()
+        if len(a_tok) != len(e_tok):
+            return False
+        pairs = zip(a_tok, e_tok, strict=True)
+        if not all(a == e or _floats_close(a, e, float_tol) for a, e in pairs):
+            return False
+    return True
+
+
+def _floats_close(a: str, e: str, tol: float | None) -> bool:
+    if tol is None:
+        return False
+    try:
+        fa, fe = float(a), float(e)
+    except ValueError:
+        return False
+    return math.isfinite(fa) and math.isfinite(fe) and math.isclose(fa, fe, rel_tol=tol,
+                                                                     abs_tol=tol)
+
+
+# --- planning: test JSON -> harness spec + a judge per record ----------------------------------
+class TestFormatError(ValueError):
+    """Malformed tests (the data's fault): scored as `error`, with a one-line reason."""
+
+    __test__ = False  # not a pytest class
+
+
+def plan_tests(tests: Mapping[str, Any], *, timeout_s: float, float_tol: float | None) -> Plan:
+    """The harness spec for `tests` and the judge that compares each record with the expected."""
+    if not isinstance(tests, Mapping):
+        raise TestFormatError(f"tests must be a JSON object, got {type(tests).__name__}")
+    kind = tests.get("type", "call" if "fn_name" in tests else "stdio")
+    if kind not in _PLANNERS:
+        raise TestFormatError(f"unknown test type {kind!r}; valid: {', '.join(TEST_TYPES)}")
+    return _PLANNERS[kind](tests, timeout_s, float_tol)
+
+
+def _pairs(tests: Mapping[str, Any]) -> tuple[list, list]:
+    inputs, outputs = tests.get("inputs"), tests.get("outputs")
+    if not isinstance(inputs, list) or not isinstance(outputs, list):
+        raise TestFormatError("tests need lists `inputs` and `outputs`")
+    if len(inputs) != len(outputs) or not inputs:
+        raise TestFormatError(f"{len(inputs)} inputs but {len(outputs)} outputs (need >= 1 each)")
+    return inputs, outputs
+
+
+def _text(x: Any, what: str) -> str:
+    if isinstance(x, list) and all(isinstance(s, str) for s in x):
+        return "\n".join(x)  # APPS sometimes stores lines
+    if not isinstance(x, str):
+        raise TestFormatError(f"stdio {what} must be text, got {type(x).__name__}")
+    return x
+
+
+def _plan_stdio(tests: Mapping[str, Any], timeout_s: float, float_tol: float | None) -> Plan:
+    inputs, outputs = _pairs(tests)
+    inputs = [_text(x, "input") for x in inputs]
+    outputs = [_text(x, "output") for x in outputs]
+
+    def judge(i: int, rec: Mapping[str, Any]) -> tuple[str, str]:
+        status, out = rec.get("status"), rec.get("stdout")
+        if status == "timeout":
+            return "timeout", f"time limit {timeout_s:g} s exceeded"
+        if status == "output_limit":
+            return "wrong", f"printed more than {STDOUT_CAP} bytes"
+        if status != "ok" or not isinstance(out, str):
+            err = str(rec.get("stderr", ""))[-300:]
+            return "wrong", f"exit code {rec.get('exit')}: {err}"
+        if stdio_equal(out, outputs[i], float_tol):
+            return "pass", ""
+        return "wrong", f"expected {truncate(outputs[i], 80)!r}, got {truncate(out, 80)!r}"
+
+    spec = {"mode": "stdio", "inputs": inputs, "timeout_s": timeout_s, "out_cap": STDOUT_CAP}
+    return Plan(spec, len(inputs), judge)
+
+
+def _plan_call(tests: Mapping[str, Any], timeout_s: float, float_tol: float | None) -> Plan:
+    inputs, outputs = _pairs(tests)
+    fn_name = tests.get("fn_name")
+    if not isinstance(fn_name, str) or not fn_name.isidentifier():
+        raise TestFormatError(f"call tests need an identifier `fn_name`, got {fn_name!r}")
+    if not all(isinstance(a, list) for a in inputs):
+        raise TestFormatError("call test inputs must be argument lists, e.g. [[1, 2], [3, 4]]")
+    unwrap = bool(tests.get("unwrap_outputs", False))
+
+    def judge(i: int, rec: Mapping[str, Any]) -> tuple[str, str]:
+        actual, why = _value(rec, timeout_s)
+        if why:
+            return why
+        expected = outputs[i]
+        actual = as_json(actual)
+        ok = values_equal(actual, expected, float_tol) or (
+            unwrap and isinstance(expected, list) and len(expected) == 1
+            and values_equal(actual, expected[0], float_tol))
+        return ("pass", "") if ok else ("wrong", _mismatch(inputs[i], expected, actual))
+
+    spec = {"mode": "call", "fn_name": fn_name, "timeout_s": timeout_s,
+            "prelude": str(tests.get("prelude", "")), "calls": [{"args": a} for a in inputs]}
+    return Plan(spec, len(inputs), judge)
+
+
+def _plan_assert(tests: Mapping[str, Any], timeout_s: float, float_tol: float | None) -> Plan:
+    test, entry = tests.get("test"), tests.get("entry_point")
+    if not isinstance(test, str) or not isinstance(entry, str) or not entry.isidentifier():
+        raise TestFormatError("assert tests need `test` (source with check()) and `entry_point`")
+    prelude = str(tests.get("prelude", ""))
+    cases = _converted(test)
+    if cases is None:
+        return _plan_check(test, entry, prelude, timeout_s)
+
+    def judge(i: int, rec: Mapping[str, Any]) -> tuple[str, str]:
+        actual, why = _value(rec, timeout_s)
+        if why:
+            return why
+        case = cases[i]
+        if COMPARATORS[case.op](actual, case.expected, case.tol):
+            return "pass", ""
+        return "wrong", f"line {case.line} ({case.op}): " + _mismatch(case.args, case.expected,
+                                                                    actual)
+
+    calls = [{"args": list(c.args), "kwargs": dict(c.kwargs)} for c in cases]
+    spec = {"mode": "call", "fn_name": entry, "timeout_s": timeout_s, "prelude": prelude,
+            "calls": calls}
+    return Plan(spec, len(cases), judge)
+
+
+def _plan_check(test: str, entry: str, prelude: str, timeout_s: float) -> Plan:
+    def judge(i: int, rec: Mapping[str, Any]) -> tuple[str, str]:
+        if rec.get("passed") is True and isinstance(rec.get("calls"), int) and rec["calls"] > 0:
+            return "pass", ""
+        kind = {"timeout": "timeout", "bad_test": "error"}.get(str(rec.get("kind")), "wrong")
+        return kind, f"check() failed: {truncate(str(rec.get('error')), 200)}"
+
+    spec = {"mode": "check", "fn_name": entry, "test": test, "prelude": prelude,
+            "timeout_s": timeout_s}
+    return Plan(spec, 1, judge)
+
+
+@lru_cache(maxsize=4096)
+def _converted(test: str) -> tuple | None:
+    cases = convert_check(test)
+    return tuple(cases) if cases is not None else None
+
+
+def _value(rec: Mapping[str, Any], timeout_s: float) -> tuple[Any, tuple[str, str] | None]:
+    """(decoded value, None) for a good call record, else (None, (kind, detail))."""
+    if rec.get("ok") is not True or "value" not in rec:
+        if rec.get("kind") == "timeout":
+            return None, ("timeout", f"time limit {timeout_s:g} s exceeded")
+        error = truncate(str(rec.get("error")), 200)
+        return None, ("wrong", f"{rec.get('kind', 'error')}: {error}")
+    try:
+        return untag(rec["value"]), None
+    except (ValueError, TypeError, RecursionError) as e:
+        return None, ("wrong", f"malformed result: {e}")
+
+
+def _mismatch(args: Any, expected: Any, actual: Any) -> str:
+    return (f"input {truncate(repr(args), 80)}: expected {truncate(repr(expected), 80)}, "
+            f"got {truncate(repr(actual), 80)}")
+
+
+_PLANNERS = {"stdio": _plan_stdio, "call": _plan_call, "assert": _plan_assert}

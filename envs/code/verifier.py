@@ -1,0 +1,221 @@
+"""The code verifier: extract the program, run it with ALL its tests in one sandbox run, compare
+here. Formats: `stdio`, `call`, `assert` (HumanEval; literal asserts become call tests, the rest
+run in the two-process `check` mode of envs/code/harness.py). Expected values never enter the
+sandbox, except a non-literal `check` source, which stays in a trusted non-dumpable process.
+Covered: exit-code tricks, BaseExceptions, always-equal objects, builtin subclasses, NaN, patched
+builtins, frame walks, forged or repeated result lines, planted modules. Not covered: programs
+that special-case the test inputs, and wall-clock deadlines that a loaded machine can trip.
+"""
+
+from __future__ import annotations
+
+import json
+import marshal
+import re
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from scalerl.envs.base import Score, reward_for, truncate
+from scalerl.envs.code.files import CODE_COLUMNS, read_code_tests
+from scalerl.envs.code.plan import Plan, TestFormatError, plan_tests
+from scalerl.envs.registry import Kind, register_kind
+from scalerl.sandbox import current_config
+from scalerl.sandbox.base import ExecResult, Limits
+
+CODE_SYSTEM_PROMPT = (
+    "Write a Python 3 solution. Think first if you like, then give the complete program in one "
+    "```python fenced block. Read from standard input and print to standard output, unless the "
+    "task names a function to write."
+)
+DEFAULT_TEST_TIMEOUT_S = 4.0
+HARNESS = Path(__file__).with_name("harness.py")
+"""The in-sandbox harness, read as a file and run as `harness.py` beside the candidate."""
+_FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def extract_code(completion: str, requires_thinking: bool = False) -> str | None:
+    """The last fenced block after the thinking part; else the answer text itself; else None.
+
+    The answer part is what follows the last `</think>`; None when `requires_thinking` and there
+    is none, or a `<think>` was opened and never closed. An unclosed last fence (the generation
+    stopped) yields what follows it.
+    """
+    end = completion.rfind(_THINK_CLOSE)
+    if end >= 0:
+        answer = completion[end + len(_THINK_CLOSE):]
+    elif requires_thinking or _THINK_OPEN in completion:
+        return None
+    else:
+        answer = completion
+    blocks = _FENCE.findall(answer)
+    code = blocks[-1] if blocks else answer
+    return code if code.strip() else None
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """One test's verdict: `kind` is pass | wrong | timeout | error (the test itself is bad)."""
+
+    __test__ = False  # not a pytest class
+
+    index: int
+    kind: str
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.kind == "pass"
+
+
+
+# --- running: one sandbox run per program, records framed by a per-run nonce ------------------
+def _backend(name: str | None) -> Any:
+    """The sandbox's shared Backend instance for `name` (None: the default, bwrap)."""
+    from scalerl.sandbox import get_backend
+
+    return get_backend(name)
+
+
+def default_limits(n_tests: int, test_timeout_s: float) -> Limits:
+    """Wall and CPU for the whole run: start-up plus every test's deadline, capped at the
+    sandbox config's `max_run_s`; memory from its `memory_mb`."""
+    cfg = current_config()
+    wall = min(cfg.max_run_s, 3.0 + n_tests * test_timeout_s)
+    return Limits(wall_s=wall, cpu_s=wall, memory_mb=cfg.memory_mb, output_bytes=16 << 20)
+
+
+def parse_records(stdout: bytes, nonce: str, n_tests: int) -> tuple[dict[int, dict], set[int]]:
+    """Well-formed `<nonce> <json>` records by test index, and the indices seen more than once."""
+    prefix = (nonce + " ").encode()
+    records: dict[int, dict] = {}
+    repeated: set[int] = set()
+    for line in stdout.split(b"\n"):
+        if not line.startswith(prefix):
+            continue
+        try:
+            rec = json.loads(line[len(prefix):], parse_constant=_no_constant)
+        except (ValueError, RecursionError):
+            continue
+        i = rec.get("i") if isinstance(rec, dict) else None
+        if type(i) is not int or not 0 <= i < n_tests:
+            continue
+        if i in records:
+            repeated.add(i)
+        records[i] = rec
+    return records, repeated
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not strict JSON")
+
+
+def judge_run(plan: Plan, res: ExecResult, nonce: str) -> list[TestResult]:
+    """Every test's verdict: exactly one well-formed record each, judged by the plan."""
+    records, repeated = parse_records(res.stdout, nonce, plan.n_tests)
+    out = []
+    for i in range(plan.n_tests):
+        if i in repeated:
+            out.append(TestResult(i, "wrong", "several results for one test"))
+        elif i not in records:
+            out.append(TestResult(i, *_missing(res)))
+        else:
+            out.append(TestResult(i, *plan.judge(i, records[i])))
+    return out
+
+
+def _missing(res: ExecResult) -> tuple[str, str]:
+    if res.status == "timeout":
+        return "timeout", f"no result: the run passed its {res.detail or 'wall-time'} limit"
+    how = f"signal {res.signal}" if res.signal is not None else f"exit code {res.exit_code}"
+    tail = res.stderr[-300:].decode("utf-8", "replace")
+    return "wrong", f"no result: the program ended ({res.status}, {how}): {tail}"
+
+
+def verdict(results: list[TestResult], correct_reward: float, wrong_reward: float,
+            latency_s: float) -> Score:
+    """`correct` only when every test passed; `error` when a test itself is broken; `timeout` when
+    only deadlines failed; else wrong."""
+    failed = [r for r in results if not r.passed]
+    n = len(results)
+    if not failed:
+        return Score("correct", correct_reward, f"{n}/{n} tests passed", latency_s)
+    if any(r.kind == "error" for r in failed):
+        failed = [r for r in failed if r.kind == "error"]
+        status = "error"
+    else:
+        status = "timeout" if all(r.kind == "timeout" for r in failed) else "wrong"
+    first = failed[0]
+    detail = f"{n - len(failed)}/{n} tests passed; test {first.index}: {first.detail}"
+    return Score(status, wrong_reward, truncate(detail, 500), latency_s)
+
+
+def score_code(
+    completion: str,
+    tests: Mapping[str, Any],
+    *,
+    requires_thinking: bool = False,
+    backend: str | None = None,
+    limits: Limits | None = None,
+    float_outputs: bool = False,
+    float_tol: float = 1e-6,
+    test_timeout_s: float = DEFAULT_TEST_TIMEOUT_S,
+    correct_reward: float = 1.0,
+    wrong_reward: float = -1.0,
+) -> Score:
+    """Verdict on one completion against its tests, from one sandbox run. Never raises.
+
+    `correct` only when every test has exactly one well-formed result equal to the expected one;
+    `timeout` when the only failures are deadlines (per test, or the whole run); `no_answer`
+    without code; `error` for malformed tests or a sandbox failure; `wrong` otherwise. The detail
+    names the first failing test and why. `limits` overrides the whole run's limits (default:
+    `default_limits`); `test_timeout_s` is each test's deadline.
+    """
+    start = time.monotonic()
+    code = extract_code(completion, requires_thinking)
+    if code is None:
+        return Score("no_answer", wrong_reward, "no code found in the completion")
+    floats = float_outputs or (isinstance(tests, Mapping) and bool(tests.get("float_outputs")))
+    try:
+        plan = plan_tests(tests, timeout_s=test_timeout_s, float_tol=float_tol if floats else None)
+    except TestFormatError as e:
+        return Score("error", reward_for("error", correct_reward, wrong_reward), f"tests: {e}")
+    nonce = secrets.token_hex(16)
+    stdin = marshal.dumps(dict(plan.spec, nonce=nonce))  # trusted direction: parent -> harness
+    files = {"harness.py": _harness_source(), "prog.py": code.encode("utf-8", "replace")}
+    run_limits = limits or default_limits(plan.n_tests, test_timeout_s)
+    try:
+        res = _backend(backend).run(["python", "harness.py"], stdin=stdin, files=files,
+                                    limits=run_limits)
+    except Exception as e:  # a broken sandbox is the verifier's failure: `error`, never wrong
+        return Score("error", wrong_reward, truncate(f"sandbox: {type(e).__name__}: {e}"),
+                     time.monotonic() - start)
+    if res.status == "sandbox_error":
+        return Score("error", wrong_reward, truncate(f"sandbox error: {res.detail}"),
+                     time.monotonic() - start)
+    results = judge_run(plan, res, nonce)
+    return verdict(results, correct_reward, wrong_reward, time.monotonic() - start)
+
+
+@lru_cache(maxsize=1)
+def _harness_source() -> bytes:
+    return HARNESS.read_bytes()
+
+
+def _score_sample(sample: Any, completion: str, options: Mapping[str, Any]) -> Score:
+    if sample.tests is None:
+        return Score("error", options.get("wrong_reward", -1.0),
+                     f"sample {sample.id!r} has no tests")
+    if isinstance(options.get("limits"), Mapping):  # from a YAML/JSON task spec
+        options = {**options, "limits": Limits(**options["limits"])}
+    return score_code(completion, sample.tests, **options)
+
+
+register_kind(Kind(name="code", score=_score_sample, gold_field="tests",
+                   system_prompt=CODE_SYSTEM_PROMPT, gold_columns=CODE_COLUMNS,
+                   read_gold=read_code_tests))

@@ -1,0 +1,133 @@
+"""`Task`: the one base class of every task, built-in or a user's.
+
+A task writes how it builds its splits (`build(split)`, or `build_splits()` when the splits are
+made together) and, if its kind's verifier is not enough, how it judges a completion (`judge`).
+The base class gives the rest once for all: `samples(split)` builds once, thread-safely, and
+caches; `score(sample, completion)` never raises, turning a judge's exception or a non-Score into
+an `error` verdict. It reads no data itself and registers nothing (envs/registry.py does).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from scalerl.envs.base import Sample, Score, reward_for, truncate
+from scalerl.envs.registry import lookup_kind
+
+_FINAL = {"score": "judge", "samples": "build"}
+"""Public methods a subclass may not override -> the hook to override instead."""
+_LOCK_GUARD = threading.Lock()
+
+
+class Task:
+    """A task: a name, a kind, splits, samples per split, and a verdict on a completion.
+
+    Subclasses set `name` and `kind` and override `build(split)` or `build_splits()`; `judge` is
+    the kind's verifier with `verifier_options()` unless overridden. `samples` and `score` are
+    final (defining either in a subclass is a TypeError).
+    """
+
+    name: str = ""
+    kind: str = ""
+    splits: tuple[str, ...] = ("train", "test")
+    system_prompt: str | None = None
+    requires_thinking: bool = False
+    source: str = ""
+    """Where the data comes from (a path, a package, a generator), shown by `scalerl tasks list`."""
+    options: Mapping[str, Any] = MappingProxyType({})
+    """Keyword options for the kind's verifier (e.g. `boxed_only`, `test_timeout_s`)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for final, hook in _FINAL.items():
+            if final in cls.__dict__:
+                raise TypeError(f"{cls.__name__}: override {hook}(), not {final}()")
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Task:
+        if cls.build is Task.build and cls.build_splits is Task.build_splits:
+            raise TypeError(f"{cls.__name__} must override build(split) or build_splits()")
+        return super().__new__(cls)
+
+    # --- hooks: what a task writes ---------------------------------------------------------------
+    def build(self, split: str) -> Sequence[Sample]:
+        """The samples of one split (called once per split, with a valid split name)."""
+        raise NotImplementedError(f"{type(self).__name__} does not override build(split)")
+
+    def build_splits(self) -> Mapping[str, Sequence[Sample]]:
+        """Every split's samples at once (override when splits are made together, e.g. with leak
+        checks between them); the default calls `build` for each split in `self.splits`."""
+        return {split: self.build(split) for split in self.splits}
+
+    def judge(self, sample: Sample, completion: str) -> Score:
+        """Verdict on `completion` for `sample`: the kind's verifier, with `verifier_options()`.
+        May raise: `score` turns an exception into an `error` verdict."""
+        return lookup_kind(self.kind).score(sample, completion, self.verifier_options())
+
+    def verifier_options(self) -> dict[str, Any]:
+        return {"requires_thinking": self.requires_thinking, **self.options}
+
+    # --- final: what every task gets -------------------------------------------------------------
+    def samples(self, split: str) -> tuple[Sample, ...]:
+        """All samples of `split`, built once (thread-safe) and cached; a ValueError naming the
+        valid splits for an unknown one."""
+        self.check_split(split)
+        return self._built()[0][split]
+
+    def score(self, sample: Sample, completion: str) -> Score:
+        """Verdict on `completion` for `sample`. Never raises: a judge that raises or returns
+        something other than a Score gives `error`, naming the task and what went wrong."""
+        start = time.perf_counter()
+        try:
+            verdict = self.judge(sample, completion)
+        except Exception as exc:  # a broken verifier is a status, never a crash or a silent wrong
+            detail = f"task {self.name!r}: judge raised {type(exc).__name__}: {exc}"
+            return Score("error", reward_for("error"), truncate(detail),
+                         time.perf_counter() - start)
+        if not isinstance(verdict, Score):
+            detail = f"task {self.name!r}: judge returned {type(verdict).__name__}, not a Score"
+            return Score("error", reward_for("error"), detail, time.perf_counter() - start)
+        return verdict
+
+    def check_split(self, split: str) -> None:
+        if split not in self.splits:
+            raise ValueError(
+                f"task {self.name!r} has no split {split!r}; valid: {', '.join(self.splits)}"
+            )
+
+    def sample_by_id(self, sample_id: str) -> Sample:
+        """The sample with id `sample_id` (the first split, in `self.splits` order, that has it)."""
+        sample = self._built()[1].get(sample_id)
+        if sample is None:
+            raise KeyError(f"task {self.name!r} has no sample {sample_id!r}")
+        return sample
+
+    def _built(self) -> tuple[dict[str, tuple[Sample, ...]], dict[str, Sample]]:
+        """(samples by split, sample by id), built on first use. Subclasses need not call
+        `Task.__init__`, so the lock is made here, under a module-wide guard."""
+        built = self.__dict__.get("_task_built")
+        if built is not None:
+            return built
+        with _LOCK_GUARD:
+            lock = self.__dict__.setdefault("_task_lock", threading.Lock())
+        with lock:  # built once, even when several threads ask at once
+            built = self.__dict__.get("_task_built")
+            if built is None:
+                built = self.__dict__["_task_built"] = self._build_all()
+        return built
+
+    def _build_all(self) -> tuple[dict[str, tuple[Sample, ...]], dict[str, Sample]]:
+        made = self.build_splits()
+        missing = [s for s in self.splits if s not in made]
+        if missing:
+            raise ValueError(f"task {self.name!r}: build_splits() gave no {', '.join(missing)} "
+                             f"split; splits: {', '.join(self.splits)}")
+        by_split = {s: tuple(made[s]) for s in self.splits}
+        by_id: dict[str, Sample] = {}
+        for samples in by_split.values():
+            for s in samples:
+                by_id.setdefault(s.id, s)
+        return by_split, by_id

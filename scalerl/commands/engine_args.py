@@ -1,0 +1,107 @@
+"""The engine, budget and sampling flags shared by every command that starts a vLLM engine.
+
+`add_engine_args` / `add_budget_args` declare the flags once (`generate`, `eval`, ...), and
+`engine_config` / `override_budget` turn them into an `EngineConfig` and a `Budget` on top of a
+base (a run's config.yaml, or the defaults), so a flag means the same thing in every command.
+`start_generator` starts the engine and turns a failure into one line (`EngineStartError`).
+A flag left out keeps the base's value; nothing here parses task or model names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from scalerl.rollout.budget import parse_thinking
+from scalerl.rollout.engine_config import EngineConfig
+from scalerl.rollout.types import Budget
+
+DEFAULT_BUDGET = Budget(thinking=None, answer=512)
+"""The budget of a command given no run config and no budget flags."""
+MAX_DEFAULT_LEN = 32768
+"""Longest default context: the model's own context length, at most this."""
+
+
+class EngineStartError(RuntimeError):
+    """The vLLM engine could not start; the message is one line naming the model and why."""
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("engine (unset flags: the run's config.yaml, else defaults)")
+    g.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                   help="engine weights dtype (default float32)")
+    g.add_argument("--fp32-head", action=argparse.BooleanOptionalAction, default=None,
+                   help="LM head in FP32 (default on, as the trainer's policy.fp32_head)")
+    g.add_argument("--kv-cache-gib", type=float, help="KV-cache GiB (default 1)")
+    g.add_argument("--memory-fraction", type=float,
+                   help="vLLM gpu_memory_utilization (host memory on CPU); default 0.1")
+    g.add_argument("--max-model-len", type=int,
+                   help="longest prompt + completion in tokens; default the model's context "
+                   f"length (at most {MAX_DEFAULT_LEN})")
+    g.add_argument("--max-num-seqs", type=int, help="most sequences scheduled at once (256)")
+
+
+def add_budget_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("length budget (unset flags: the run's per-task budgets, "
+                                  f"else no thinking budget and {DEFAULT_BUDGET.answer} answer "
+                                  "tokens)")
+    g.add_argument("--thinking-budget", metavar="A[:B]",
+                   help="thinking tokens before forced interruption; A:B samples per rollout; "
+                   "'none' for models with no thinking format")
+    g.add_argument("--answer-budget", type=int, help="tokens after </think> (natural or forced)")
+    g.add_argument("--max-tokens", type=int,
+                   help="hard cap on completion tokens, forced ones included")
+
+
+def override_budget(args: argparse.Namespace, base: Budget) -> Budget:
+    """`base` with the budget flags that were given; ValueError (one line) on a bad value."""
+    changes: dict = {}
+    if args.thinking_budget is not None:
+        changes["thinking"] = parse_thinking(args.thinking_budget)
+    if args.answer_budget is not None:
+        changes["answer"] = args.answer_budget
+    if args.max_tokens is not None:
+        changes["total"] = args.max_tokens
+    return dataclasses.replace(base, **changes) if changes else base
+
+
+def model_max_len(model: str) -> int | None:
+    """The model's context length (config.json `max_position_embeddings`) at most
+    MAX_DEFAULT_LEN; None when the model has no local config.json."""
+    config = Path(model) / "config.json"
+    if not config.is_file():
+        return None
+    value = json.loads(config.read_text()).get("max_position_embeddings") or MAX_DEFAULT_LEN
+    return min(int(value), MAX_DEFAULT_LEN)
+
+
+def engine_config(args: argparse.Namespace, model: str,
+                  base: EngineConfig | None = None) -> EngineConfig:
+    """`base` (default `EngineConfig()` with the model's context length) with the engine flags
+    given. A `--max-model-len` beyond the model's own context length is a one-line ValueError."""
+    own = model_max_len(model)
+    if base is None:
+        base = EngineConfig(max_model_len=own or EngineConfig().max_model_len)
+    flags = {"dtype": args.dtype, "kv_cache_gib": args.kv_cache_gib,
+             "memory_fraction": args.memory_fraction, "max_model_len": args.max_model_len,
+             "max_num_seqs": args.max_num_seqs}
+    changes = {k: v for k, v in flags.items() if v is not None}
+    config = dataclasses.replace(base, **changes)
+    if own is not None and config.max_model_len > own:
+        raise ValueError(f"--max-model-len {config.max_model_len} exceeds the context length of "
+                         f"{model} ({own} tokens)")
+    return config
+
+
+def start_generator(model: str, config: EngineConfig, *, fp32_head: bool, **kwargs):
+    """A started `Generator`; EngineStartError (one line) when vLLM refuses or fails to start."""
+    from scalerl.rollout.engine import Generator
+
+    try:
+        return Generator(model, config=config, fp32_head=fp32_head, **kwargs)
+    except Exception as exc:  # vLLM raises many types; the user needs the model and the reason
+        reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise EngineStartError(f"the vLLM engine did not start for {model}: "
+                               f"{type(exc).__name__}: {reason}") from exc
