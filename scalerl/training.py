@@ -48,20 +48,23 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
     from scalerl.rollout.weights import check_precision_match
     from scalerl.trainer.offpolicy import TrainTask, train
     from scalerl.trainer.policy import load_policy
+    from scalerl.trainer.publish import make_publisher
 
     apply_sandbox(cfg)
     accelerator = build_accelerator(cfg.policy.dtype)
     model = load_policy(model_path, policy_dtype(cfg.policy.dtype))
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     tasks = {t.name: TrainTask(get_task(t.name), t.budget, t.weight) for t in cfg.tasks}
-    generator = None
+    generator = publisher = None
     if accelerator.is_main_process:
         generator = Generator(model_path, config=cfg.engine, fp32_head=cfg.policy.fp32_head)
         check_precision_match(generator.fp32_head, cfg.policy.fp32_head)
+        publisher = make_publisher(cfg.engine.weight_transfer, generator)
     set_cpu_threads(cfg.policy.cpu_threads)  # after the engine starts: its processes keep theirs
     try:
         run = train(cfg, model=model, tokenizer=tokenizer, generator=generator, tasks=tasks,
-                    run_dir=run_dir, accelerator=accelerator, resume_from=ckpt)
+                    run_dir=run_dir, accelerator=accelerator, resume_from=ckpt,
+                    publisher=publisher)
     finally:
         if generator is not None:
             generator.close()

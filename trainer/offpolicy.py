@@ -29,6 +29,7 @@ from scalerl.trainer.losses import loss_kwargs
 from scalerl.trainer.metrics import ComputeClock, MetricsWriter, rollout_metrics, truncate_jsonl
 from scalerl.trainer.pipeline_source import PipelineSource
 from scalerl.trainer.policy import PolicyModule, hf_model, named_weights
+from scalerl.trainer.publish import Publisher
 from scalerl.trainer.sampler import TaskSampler
 from scalerl.trainer.sources import PPOOffPolicy, RolloutSource, SourceSettings
 from scalerl.trainer.step import StepSettings, train_step
@@ -68,15 +69,18 @@ class Run:
     train_s: float = 0.0
     loop_s: float = 0.0
     validations: list[dict[str, float]] = field(default_factory=list)
+    warned_too_long: set[str] = field(default_factory=set)
 
 
 # ---------------------------------------------------------------------------------------------
 # The loop.
 
 def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str, TrainTask],
-          run_dir: Path, accelerator, resume_from: Path | None = None) -> Run:
-    """Run `cfg.steps` optimizer steps (from a checkpoint when `resume_from`); returns the run."""
-    run = setup(cfg, model, tokenizer, generator, tasks, Path(run_dir), accelerator)
+          run_dir: Path, accelerator, resume_from: Path | None = None,
+          publisher: Publisher | None = None) -> Run:
+    """Run `cfg.steps` optimizer steps (from a checkpoint when `resume_from`); returns the run.
+    `publisher` hands new weights to the generator (default: its own `update_weights`)."""
+    run = setup(cfg, model, tokenizer, generator, tasks, Path(run_dir), accelerator, publisher)
     if resume_from is not None:
         restore(run, resume_from)
     if run.step == 0:
@@ -113,7 +117,7 @@ def unwrap(run: Run):
 # Set-up and restore.
 
 def setup(cfg: TrainerConfig, model, tokenizer, generator, tasks: Mapping[str, TrainTask],
-          run_dir: Path, accelerator) -> Run:
+          run_dir: Path, accelerator, publisher: Publisher | None = None) -> Run:
     torch.manual_seed(cfg.seed)
     o = cfg.optim
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,
@@ -127,7 +131,7 @@ def setup(cfg: TrainerConfig, model, tokenizer, generator, tasks: Mapping[str, T
     source = None
     if accelerator.is_main_process:
         source = SOURCES[cfg.offpolicy.mode](generator, make_sampler(cfg, tasks, retirement),
-                                             source_settings(cfg, tasks))
+                                             source_settings(cfg, tasks), publisher)
     writer = None
     if accelerator.is_main_process:
         writer = MetricsWriter(run_dir, total_steps=cfg.steps, tensorboard=cfg.log.tensorboard,
@@ -264,6 +268,21 @@ def log_step(run: Run, groups: list[Group], report: GroupReport, gen: dict[str, 
                    f"{run.cfg.log.truncation_warn:.0%}; the paper saw 10-15% destabilise runs)")
         warnings.warn(message, stacklevel=1)
         run.writer.print(f"[yellow]warning:[/] {message}")
+    warn_too_long(run, metrics)
+
+
+def warn_too_long(run: Run, metrics: dict[str, float]) -> None:
+    """One warning per task whose prompts do not fit `max_model_len` (they are skipped)."""
+    prefix = "rollout/prompt_too_long/"
+    for key in sorted(k for k in metrics if k.startswith(prefix)):
+        task = key[len(prefix):]
+        if task not in run.warned_too_long:
+            run.warned_too_long.add(task)
+            message = (f"step {run.step}: task {task} has prompts too long for the engine's "
+                       "max_model_len with their budget; they are skipped (counted in "
+                       "rollout/prompt_too_long): raise engine.max_model_len or lower the budget")
+            warnings.warn(message, stacklevel=1)
+            run.writer.print(f"[yellow]warning:[/] {message}")
 
 
 def total_prompts(run: Run) -> int:

@@ -13,8 +13,8 @@ from typing import Any
 
 from scalerl.rollout.pipeline import PipelineRL
 from scalerl.trainer.filters import Group
-from scalerl.trainer.publish import InProcessPublisher, Publisher, checkpoint_weights
-from scalerl.trainer.sources import SourceSettings, Weights, round_seed
+from scalerl.trainer.publish import FilesPublisher, Publisher
+from scalerl.trainer.sources import SourceSettings, Weights, round_seed, skip_too_long
 
 
 def generator_busy_s(metrics: dict[str, float]) -> float:
@@ -31,18 +31,15 @@ def prompts_hash(sample_ids: list[str]) -> float:
 class PipelineSource:
     """RolloutSource for PipelineRL-k: streaming generation, in-flight updates, bounded lag."""
 
-    def __init__(self, generator: Any, sampler: Any, s: SourceSettings, *,
-                 publisher: Publisher | None = None, take_timeout_s: float = 3600.0,
-                 publish_timeout_s: float = 300.0):
+    def __init__(self, generator: Any, sampler: Any, s: SourceSettings,
+                 publisher: Publisher | None = None, *, take_timeout_s: float = 3600.0):
         b = s.prompts_per_step
         self.generator, self.settings, self.take_timeout_s = generator, s, take_timeout_s
         self.pipeline = PipelineRL(
             generator, sampler, n=s.rollouts_per_prompt, groups_per_batch=b, max_lag=s.max_lag,
             budget=dict(s.budgets), temperature=s.temperature, seed=s.seed,
             seed_fn=lambda seq: round_seed(s.seed, seq // b))
-        self.publisher = publisher or InProcessPublisher(
-            generator, timeout_s=publish_timeout_s, initial_version=generator.version,
-            initial_weights=lambda: checkpoint_weights(generator.model_path))
+        self.publisher = publisher or FilesPublisher(generator)
         self._started = False
         self._sync: dict[str, float] = {}
         self.sync_s = 0.0
@@ -60,7 +57,8 @@ class PipelineSource:
         metrics["rollout/tokens_per_s"] = tokens / max(self._busy_delta(metrics), 1e-9)
         metrics["async/batch_prompts_hash"] = prompts_hash(
             [f"{g.sample.task}/{g.sample.id}" for g in batch.groups])
-        return [list(g.rollouts) for g in batch.groups], metrics
+        groups, skipped = skip_too_long([list(g.rollouts) for g in batch.groups])
+        return groups, metrics | skipped
 
     def _busy_delta(self, metrics: dict[str, float]) -> float:
         """Generator busy seconds since the previous batch: the generator makes one batch's worth
@@ -75,7 +73,7 @@ class PipelineSource:
             return {}
         stats = self.publisher.publish(weights(), version)
         self.sync_s += stats.send_s
-        self._sync = {"rollout/sync_s": stats.send_s, "rollout/stage_s": stats.stage_s}
+        self._sync = {"rollout/sync_s": stats.send_s}
         return dict(self._sync)
 
     def ensure_synced(self) -> dict[str, float]:
@@ -100,3 +98,4 @@ class PipelineSource:
     def close(self) -> None:
         if self._started:
             self.pipeline.stop()
+        self.publisher.close()

@@ -10,6 +10,7 @@ in-flight updates behind the same calls. The loop picks one by `offpolicy.mode` 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import torch
 from scalerl.envs.base import Sample
 from scalerl.rollout.types import Budget, Rollout
 from scalerl.trainer.filters import Group
+from scalerl.trainer.publish import FilesPublisher, Publisher
 
 Weights = Callable[[], Iterable[tuple[str, torch.Tensor]]]
 """Called when the weights are needed: (name, tensor) pairs of the current policy."""
@@ -70,12 +72,29 @@ def round_seed(seed: int, batch_index: int) -> int:
     return seed * 1_000_003 + batch_index
 
 
+def skip_too_long(groups: list[Group]) -> tuple[list[Group], dict[str, float]]:
+    """Leave out the groups whose prompt could not fit its longest completion (finish reason
+    `prompt_too_long`: never generated); count them, in all and per task."""
+    kept: list[Group] = []
+    skipped: Counter[str] = Counter()
+    for group in groups:
+        if group and group[0].finish_reason == "prompt_too_long":
+            skipped[group[0].task] += 1
+        else:
+            kept.append(group)
+    metrics = {"rollout/prompt_too_long": float(sum(skipped.values()))}
+    metrics |= {f"rollout/prompt_too_long/{task}": float(n) for task, n in skipped.items()}
+    return kept, metrics
+
+
 class PPOOffPolicy:
     """PPO-offpolicy-k: generate k x prompts_per_step prompts with one policy, serve them as k
     minibatches, and push the trainer's weights into the generator before the next round."""
 
-    def __init__(self, generator, sampler: Callable[[], Sample], s: SourceSettings):
+    def __init__(self, generator, sampler: Callable[[], Sample], s: SourceSettings,
+                 publisher: Publisher | None = None):
         self.generator, self.sampler, self.s = generator, sampler, s
+        self.publisher = publisher or FilesPublisher(generator)
         self.pending: list[list[Group]] = []
         self.round = 0
         self._weights: tuple[int, Weights] | None = None
@@ -88,7 +107,8 @@ class PPOOffPolicy:
         if not self.pending:
             metrics |= self.ensure_synced()
             metrics |= self._generate_round()
-        return self.pending.pop(0), metrics
+        groups, skipped = skip_too_long(self.pending.pop(0))
+        return groups, metrics | skipped
 
     def on_step(self, version: int, weights: Weights) -> dict[str, float]:
         self._weights = (version, weights)  # pushed lazily, right before the next round
@@ -100,7 +120,7 @@ class PPOOffPolicy:
             return {}
         version, weights = self._weights
         t = time.perf_counter()
-        self.generator.update_weights(list(weights()), version)
+        self.publisher.publish(weights(), version)
         took = time.perf_counter() - t
         self.sync_s += took
         return {"rollout/sync_s": took}
@@ -136,7 +156,7 @@ class PPOOffPolicy:
             self.sampler.load_state_dict(state["sampler"])
 
     def close(self) -> None:
-        return None
+        self.publisher.close()
 
 
 def generate_groups(generator, samples: list[Sample], budgets: Mapping[str, Budget], *, n: int,

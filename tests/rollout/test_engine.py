@@ -17,8 +17,8 @@ import torch
 
 from scalerl.envs.base import Sample
 from scalerl.envs.catalog import get_task
-from scalerl.rollout.engine import WeightUpdateError
 from scalerl.rollout.types import INTERRUPTION_PHRASE, Budget
+from scalerl.rollout.weights import WeightUpdateError
 
 pytestmark = pytest.mark.slow
 
@@ -181,6 +181,26 @@ def test_failed_weight_updates_raise_and_keep_the_version(engine, tiny_model_pat
     (r,) = engine.generate(arith(1), n=1, budget=Budget(thinking=32, answer=16), seed=0,
                            score=False)
     assert r.token_ids and set(r.versions) == {v}
+
+
+def test_a_prompt_too_long_is_reported_not_sent_and_the_rest_generate(engine):
+    budget = Budget(thinking=32, answer=16)
+    longest = budget.hard_cap(len(engine.tokenizer.encode(INTERRUPTION_PHRASE,
+                                                          add_special_tokens=False)))
+    room = engine.max_model_len - longest
+    long = Sample(id="long", task="arith", prompt="1+" * room + "1=")
+    fits = arith(2)
+    rollouts = engine.generate([fits[0], long, fits[1]], n=2, budget=budget, seed=0)
+    assert [(r.sample_id, r.group) for r in rollouts] == [
+        (fits[0].id, 0), (fits[0].id, 1), ("long", 0), ("long", 1), (fits[1].id, 0),
+        (fits[1].id, 1)]
+    for r in rollouts[2:4]:
+        assert r.finish_reason == "prompt_too_long" and r.token_ids == () and r.logprobs == ()
+        assert len(r.prompt_token_ids) + longest > engine.max_model_len
+        assert r.score.status == "error" and "prompt too long" in r.score.detail
+        assert f"> max_model_len {engine.max_model_len}" in r.score.detail
+    assert all(r.token_ids and r.finish_reason != "prompt_too_long"
+               for r in rollouts[:2] + rollouts[4:])
 
 
 def test_memory_is_explicit_and_reported(engine, engine_config):

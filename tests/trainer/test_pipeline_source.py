@@ -165,3 +165,38 @@ def test_generation_tokens_per_s_is_batch_tokens_over_generator_busy_time():
     finally:
         source.close()
     assert all(v > 0 for v in seen)
+
+
+def too_long_group(task: str, n: int = 2) -> list[Rollout]:
+    return [Rollout(sample_id="x", task=task, prompt_token_ids=(1,) * 9, token_ids=(),
+                    logprobs=(), versions=(), finish_reason="prompt_too_long", thinking_tokens=0,
+                    answer_tokens=0, completion="", score=Score("error", -1.0, "too long"),
+                    group=g) for g in range(n)]
+
+
+def test_prompts_too_long_are_skipped_and_counted_per_task():
+    from scalerl.trainer.sources import skip_too_long
+
+    ok = [Rollout(sample_id="y", task="arith", prompt_token_ids=(1,), token_ids=(2,),
+                  logprobs=(-1.0,), versions=(0,), finish_reason="stop", thinking_tokens=0,
+                  answer_tokens=1, completion="", score=Score("wrong", -1.0), group=0)]
+    kept, metrics = skip_too_long([too_long_group("code"), ok, too_long_group("code"),
+                                   too_long_group("arith")])
+    assert kept == [ok]
+    assert metrics == {"rollout/prompt_too_long": 3.0, "rollout/prompt_too_long/code": 2.0,
+                       "rollout/prompt_too_long/arith": 1.0}
+    assert skip_too_long([ok]) == ([ok], {"rollout/prompt_too_long": 0.0})
+
+
+def test_the_loop_warns_once_per_task_with_prompts_too_long():
+    from types import SimpleNamespace
+
+    from scalerl.trainer.offpolicy import warn_too_long
+
+    printed = []
+    run = SimpleNamespace(step=3, warned_too_long=set(),
+                          writer=SimpleNamespace(print=printed.append))
+    with pytest.warns(UserWarning, match="task code has prompts too long"):
+        warn_too_long(run, {"rollout/prompt_too_long/code": 2.0, "rollout/prompt_too_long": 2.0})
+    warn_too_long(run, {"rollout/prompt_too_long/code": 1.0})  # already warned: silent
+    assert len(printed) == 1 and "engine.max_model_len" in printed[0]

@@ -1,9 +1,11 @@
-"""Weight publishing: staging checks, a failed or timed-out publish leaves the previous weights,
-the NCCL transport's argument checks (it cannot run without GPUs), and, on the real engine, a
-timed-out publish leaves the engine on its previous version and outputs.
+"""Weight publishing: the files transport's contract on top of the generator's own update
+(versions increase, a restored failure is an error the run can report, an unknown engine state or
+a hang stops further publishes), the NCCL transport's argument checks (it cannot run without
+GPUs), and, on the real engine, a failed reload that leaves the previous weights in place.
 
-`RecordingGenerator` is a mock: a real partial failure of a weight reload (half the tensors
-applied, then an error or a hang) cannot be produced on demand, so it simulates one.
+`FakeGenerator` is a mock: a hang or an engine whose restore also fails cannot be produced on
+demand on the real engine, so it simulates them; the real engine's own restore runs in the slow
+test at the end.
 """
 
 from __future__ import annotations
@@ -14,14 +16,13 @@ import time
 import pytest
 import torch
 
+from scalerl.rollout.weights import WeightsUnknownError, WeightUpdateError
 from scalerl.trainer.publish import (
-    InProcessPublisher,
+    FilesPublisher,
     NCCLPublisher,
     PublishError,
     PublishTimeout,
-    checkpoint_weights,
     make_publisher,
-    stage,
 )
 
 
@@ -30,154 +31,80 @@ def weights(value: float) -> dict[str, torch.Tensor]:
             "c.weight": torch.full((4,), value)}
 
 
-class RecordingGenerator:
-    """Applies tensors one by one; can fail (raise or hang) after the first one."""
+class FakeGenerator:
+    """Consumes the tensors it is given; can fail as the real engine does, or hang."""
 
-    def __init__(self, initial: dict[str, torch.Tensor], version: int = 0):
-        self.weights = {k: v.clone() for k, v in initial.items()}
+    def __init__(self, version: int = 0):
         self.version = version
-        self.fail: str | None = None  # None | "raise" | "hang" | "always"
-        self.hang_s = 0.5
-        self.calls: list[int] = []
+        self.fail: type[Exception] | None = None
+        self.hang_s = 0.0
+        self.received: dict[str, torch.Tensor] = {}
         self.lock = threading.Lock()
 
     def update_weights(self, named_tensors, version, *, timeout_s):
         with self.lock:
-            self.calls.append(version)
-            for i, (name, t) in enumerate(named_tensors):
-                self.weights[name] = t.clone()
-                if i == 0 and self.fail in ("raise", "always"):
-                    self.fail = None if self.fail == "raise" else "always"
-                    raise RuntimeError(f"reload of {name} failed")
-                if i == 0 and self.fail == "hang":
-                    self.fail = None
-                    time.sleep(self.hang_s)
-            self.version = version
+            got = {name: t.clone() for name, t in named_tensors}
+            time.sleep(self.hang_s)
+            if self.fail is not None:
+                raise self.fail(f"reload of {len(got)} tensors failed; version "
+                                f"{self.version} was restored")
+            self.received, self.version = got, version
             return {"reload_s": 0.0}
 
 
-def assert_weights_equal(got: dict, want: dict) -> None:
-    assert got.keys() == want.keys()
-    for k in want:
-        torch.testing.assert_close(got[k], want[k], rtol=0, atol=0)
-
-
-def test_stage_copies_so_later_training_cannot_change_what_is_sent():
-    src = weights(1.0)
-    staged = stage(src)
-    src["a.weight"].add_(5.0)
-    assert staged["a.weight"].eq(1.0).all()
-
-
-def test_stage_names_missing_extra_and_mismatched_tensors():
-    expected = {k: (tuple(v.shape), v.dtype) for k, v in weights(0.0).items()}
-    bad = weights(1.0)
-    del bad["b.bias"]
-    with pytest.raises(PublishError, match=r"missing \['b.bias'\]"):
-        stage(bad, expected)
-    bad = weights(1.0) | {"zzz": torch.zeros(1)}
-    with pytest.raises(PublishError, match=r"unexpected \['zzz'\]"):
-        stage(bad, expected)
-    bad = weights(1.0) | {"c.weight": torch.zeros(5)}
-    with pytest.raises(PublishError, match=r"'c.weight': got \(5,\)"):
-        stage(bad, expected)
-    bad = weights(1.0) | {"c.weight": torch.zeros(4, dtype=torch.float16)}
-    with pytest.raises(PublishError, match="torch.float16"):
-        stage(bad, expected)
-
-
-def test_publish_swaps_weights_and_version():
-    gen = RecordingGenerator(weights(0.0))
-    pub = InProcessPublisher(gen, timeout_s=5.0, initial_weights=weights(0.0))
-    stats = pub.publish(weights(1.0), 1)
-    assert gen.version == 1 and stats.version == 1 and stats.num_tensors == 3
-    assert stats.num_bytes == (6 + 3 + 4) * 4
-    assert_weights_equal(gen.weights, weights(1.0))
-
-
-def test_failed_publish_restores_the_previous_version():
-    gen = RecordingGenerator(weights(0.0))
-    pub = InProcessPublisher(gen, timeout_s=5.0, initial_weights=weights(0.0))
-    pub.publish(weights(1.0), 1)
-    gen.fail = "raise"
-    with pytest.raises(PublishError, match=r"weights version 2 \(3 tensors.*reload of a.weight "
-                                           r"failed.*restored to version 1"):
-        pub.publish(weights(2.0), 2)
-    assert gen.version == 1
-    assert_weights_equal(gen.weights, weights(1.0))
-    pub.publish(weights(3.0), 3)  # the publisher stays usable after a clean restore
-    assert_weights_equal(gen.weights, weights(3.0))
-
-
-def test_timed_out_publish_raises_and_restores_after_the_hung_update_ends():
-    gen = RecordingGenerator(weights(0.0))
-    gen.fail, gen.hang_s = "hang", 0.6
-    pub = InProcessPublisher(gen, timeout_s=0.2, initial_weights=weights(0.0),
-                             rollback_timeout_s=5.0)
-    t0 = time.monotonic()
-    with pytest.raises(PublishTimeout, match=r"timed out after 0.2s while sending weights "
-                                             r"version 1 \(3 tensors"):
-        pub.publish(weights(1.0), 1)
-    assert time.monotonic() - t0 >= 0.6  # the restore waited for the hung update to finish
-    assert gen.calls == [1, 0]
-    assert gen.version == 0
-    assert_weights_equal(gen.weights, weights(0.0))
-
-
-def test_failed_restore_makes_the_publisher_refuse_to_continue():
-    gen = RecordingGenerator(weights(0.0))
-    pub = InProcessPublisher(gen, timeout_s=5.0, initial_weights=weights(0.0))
-    gen.fail = "always"
-    with pytest.raises(PublishError, match="restoring version 0 failed too"):
-        pub.publish(weights(1.0), 1)
-    gen.fail = None
-    with pytest.raises(PublishError, match="publisher is unusable"):
-        pub.publish(weights(2.0), 2)
-
-
-def test_failure_without_initial_weights_says_nothing_could_be_restored():
-    gen = RecordingGenerator(weights(0.0))
-    gen.fail = "raise"
-    pub = InProcessPublisher(gen, timeout_s=5.0)
-    with pytest.raises(PublishError, match="no previous weights to restore"):
-        pub.publish(weights(1.0), 1)
-
-
-def test_first_failure_restores_lazily_loaded_initial_weights():
-    gen = RecordingGenerator(weights(0.0), version=3)
-    loads: list[int] = []
-    pub = InProcessPublisher(gen, timeout_s=5.0, initial_version=3,
-                             initial_weights=lambda: loads.append(1) or weights(0.0))
-    pub.publish(weights(1.0), 4)
-    assert loads == []  # loaded only when needed
-    gen2 = RecordingGenerator(weights(0.0), version=3)
-    pub2 = InProcessPublisher(gen2, timeout_s=5.0, initial_version=3,
-                              initial_weights=lambda: loads.append(1) or weights(0.0))
-    gen2.fail = "raise"
-    with pytest.raises(PublishError, match="restored to version 3"):
-        pub2.publish(weights(1.0), 4)
-    assert loads == [1] and gen2.version == 3
-    assert_weights_equal(gen2.weights, weights(0.0))
-
-
-def test_checkpoint_weights_reads_safetensors(tmp_path):
-    from safetensors.torch import save_file
-
-    save_file(weights(2.0), str(tmp_path / "model.safetensors"))
-    assert_weights_equal(checkpoint_weights(str(tmp_path)), weights(2.0))
-    with pytest.raises(FileNotFoundError, match="no \\*.safetensors under"):
-        checkpoint_weights(str(tmp_path / "nope"))
+def test_publish_hands_every_tensor_over_and_counts_them():
+    gen = FakeGenerator()
+    stats = FilesPublisher(gen, timeout_s=5.0).publish(iter(weights(2.0).items()), 1)
+    assert gen.version == 1 and set(gen.received) == {"a.weight", "b.bias", "c.weight"}
+    assert torch.equal(gen.received["a.weight"], torch.full((2, 3), 2.0))
+    assert (stats.version, stats.num_tensors, stats.num_bytes) == (1, 3, (6 + 3 + 4) * 4)
+    assert stats.transport == "files"
 
 
 def test_versions_must_increase():
-    pub = InProcessPublisher(RecordingGenerator(weights(0.0)), initial_weights=weights(0.0),
-                             initial_version=4)
-    with pytest.raises(ValueError, match="version 4 must exceed the last published version 4"):
-        pub.publish(weights(1.0), 4)
+    pub = FilesPublisher(FakeGenerator(version=2), timeout_s=5.0)
+    with pytest.raises(ValueError, match="publish version 2 must exceed the last published "
+                                         "version 2"):
+        pub.publish(weights(1.0).items(), 2)
+
+
+def test_a_restored_failure_is_reported_and_the_publisher_goes_on():
+    gen = FakeGenerator()
+    pub = FilesPublisher(gen, timeout_s=5.0)
+    gen.fail = WeightUpdateError
+    with pytest.raises(PublishError, match="failed sending weights version 1: .*version 0 was "
+                                           "restored"):
+        pub.publish(weights(1.0).items(), 1)
+    gen.fail = None
+    assert pub.publish(weights(1.0).items(), 1).version == 1 and gen.version == 1
+
+
+def test_an_unknown_engine_state_refuses_every_later_publish():
+    gen = FakeGenerator()
+    pub = FilesPublisher(gen, timeout_s=5.0)
+    gen.fail = WeightsUnknownError
+    with pytest.raises(PublishError):
+        pub.publish(weights(1.0).items(), 1)
+    gen.fail = None
+    with pytest.raises(PublishError, match="publisher is unusable"):
+        pub.publish(weights(1.0).items(), 2)
+    assert gen.version == 0
+
+
+def test_a_hung_update_times_out_and_stops_the_publisher():
+    gen = FakeGenerator()
+    pub = FilesPublisher(gen, timeout_s=5.0)
+    pub.bound_s, gen.hang_s = 0.3, 3.0  # the real bound is minutes
+    start = time.monotonic()
+    with pytest.raises(PublishTimeout, match="weights version 1.*state is unknown"):
+        pub.publish(weights(1.0).items(), 1)
+    assert time.monotonic() - start < 2
+    with pytest.raises(PublishError, match="publisher is unusable"):
+        pub.publish(weights(1.0).items(), 2)
 
 
 def test_unknown_transport_lists_the_known_ones():
-    with pytest.raises(ValueError, match="unknown weight transport 'shm'; known: inprocess, nccl"):
+    with pytest.raises(ValueError, match="unknown weight transport 'shm'; known: files, nccl"):
         make_publisher("shm", generator=None)
 
 
@@ -211,13 +138,16 @@ def test_nccl_transport_needs_a_weight_sync_client():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only refusal")
 def test_nccl_transport_refuses_to_run_without_cuda():
     pub = NCCLPublisher(FakeClient(), **NCCL_OK)
-    with pytest.raises(PublishError, match="needs CUDA GPUs; on CPU use 'inprocess'"):
+    with pytest.raises(PublishError, match="needs CUDA GPUs; on CPU use 'files'"):
         pub.publish(weights(1.0), 1)
 
 
 @pytest.mark.slow
-def test_timed_out_publish_leaves_the_real_engine_on_its_previous_version(engine,
-                                                                           tiny_model_path):
+def test_a_failed_reload_leaves_the_real_engine_on_its_previous_weights(engine, tiny_model_path,
+                                                                         monkeypatch):
+    """The real engine: the new files are written, their reload fails inside vLLM's loader (a
+    failure injected into the reload of the new directory only), the previous version's files
+    are reloaded, and greedy outputs are exactly those from before."""
     from safetensors.torch import load_file
 
     from scalerl.envs.base import Sample
@@ -234,13 +164,24 @@ def test_timed_out_publish_leaves_the_real_engine_on_its_previous_version(engine
         return r.token_ids, r.logprobs
 
     v0 = engine.version
-    pub = InProcessPublisher(engine, timeout_s=60.0, initial_weights=base, initial_version=v0,
-                             rollback_timeout_s=120.0)
     before = greedy()
-    pub.timeout_s = 1e-4  # far shorter than a reload (ms): the publish must time out
+    real_reload = type(engine)._reload
+
+    async def failing(self, directory, timeout_s, what):
+        if directory.name == f"v{v0 + 1:06d}":  # the new version's files, not the restore
+            await real_reload(self, directory, timeout_s, what)  # half-applied, then fails
+            raise WeightUpdateError(f"{what} failed: injected after loading {directory.name}")
+        await real_reload(self, directory, timeout_s, what)
+
+    monkeypatch.setattr(type(engine), "_reload", failing)
     zeroed = {k: torch.zeros_like(v) if "embed" in k or "lm_head" in k else v
               for k, v in base.items()}
-    with pytest.raises(PublishTimeout, match=f"version {v0 + 1} .*restored to version {v0}"):
-        pub.publish(zeroed, v0 + 1)
+    pub = FilesPublisher(engine, timeout_s=60.0)
+    with pytest.raises(PublishError, match=f"version {v0} was restored"):
+        pub.publish(zeroed.items(), v0 + 1)
+    monkeypatch.undo()
     assert engine.version == v0
+    assert greedy() == before
+    stats = pub.publish(base.items(), v0 + 1)  # and the next publish works
+    assert stats.num_tensors == len(base) and engine.version == v0 + 1
     assert greedy() == before

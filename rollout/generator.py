@@ -1,0 +1,275 @@
+"""What every generator does the same way, whatever serves the tokens: budgets, scoring, streaming.
+
+`BaseGenerator` turns samples into scored Rollouts: it renders prompts with the tokenizer's chat
+template, runs each rollout in at most two sampling requests under its length budget (forced
+interruption in between, rollout/budget.py), scores each completion as soon as it finishes,
+and streams rollouts back in finish order from a background event loop. A prompt that cannot fit
+its longest completion in `max_model_len` is not sent: its n rollouts come back at once with
+finish reason `prompt_too_long`. Subclasses supply one sampling request (`_sample`) and the
+weights/pause/close side: rollout/engine.py (vLLM in this process) and the HTTP servers'
+generator. Nothing here knows vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from scalerl.envs.base import Sample, Score
+from scalerl.rollout import budget as B
+from scalerl.rollout.scorer import Scorer
+from scalerl.rollout.types import Budget, Rollout
+
+UNSCORED = Score(status="error", reward=-1.0, detail="not scored (score=False)")
+_END = object()
+
+
+@dataclass
+class Sampled:
+    """What one sampling request returned."""
+
+    tokens: list[int]
+    logprobs: list[float]
+    versions: list[int]
+    """Policy version of each sampled token."""
+    ended: bool
+    """True when it stopped on EOS (not on its token limit)."""
+
+
+class BaseGenerator:
+    """Scored rollouts from some sampling backend, driven on a background event loop."""
+
+    def __init__(self, model_path: str, *, max_model_len: int, fp32_head: bool = True,
+                 scorer_workers: int = 4) -> None:
+        from transformers import AutoTokenizer
+
+        self.model_path = str(model_path)
+        self.max_model_len = max_model_len
+        self.fp32_head = fp32_head
+        """LM head in FP32 (the policy's `fp32_head`: the trainer's head runs the same way)."""
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self._think_close = tuple(self.tokenizer.encode("</think>", add_special_tokens=False))
+        self._phrases: dict[str, tuple[int, ...]] = {}
+        self._version = 0
+        self._scorer_workers = scorer_workers
+        self._scorer: Scorer | None = None
+        self._scorer_lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="generator-loop",
+                                        daemon=True)
+        self._thread.start()
+
+    # ---- what a subclass supplies ---------------------------------------------------------
+    async def _sample(self, prompt: list[int], max_tokens: int, temperature: float,
+                      seed: int | None) -> Sampled:
+        """One sampling request: up to `max_tokens` tokens after `prompt`."""
+        raise NotImplementedError
+
+    def update_weights(self, named_tensors: Iterable, version: int, *,
+                       timeout_s: float = 60.0) -> dict[str, float]:
+        raise NotImplementedError
+
+    def pause(self, timeout_s: float = 60.0) -> None:
+        raise NotImplementedError
+
+    def resume(self, timeout_s: float = 60.0) -> None:
+        raise NotImplementedError
+
+    def memory(self) -> dict[str, float]:
+        raise NotImplementedError
+
+    # ---- plumbing -------------------------------------------------------------------------
+    def _call(self, coro, timeout_s: float | None, what: str):
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result(timeout_s)
+        except TimeoutError as exc:
+            fut.cancel()
+            raise TimeoutError(f"{what} timed out after {timeout_s} s") from exc
+
+    def _phrase_ids(self, phrase: str) -> tuple[int, ...]:
+        if phrase not in self._phrases:
+            self._phrases[phrase] = tuple(self.tokenizer.encode(phrase, add_special_tokens=False))
+        return self._phrases[phrase]
+
+    def prompt_ids(self, sample: Sample, system_prompt: str | None = None) -> list[int]:
+        """The sample rendered with the tokenizer's chat template (generation prompt added)."""
+        if system_prompt is None:
+            from scalerl.envs.catalog import get_task
+
+            system_prompt = get_task(sample.task).system_prompt
+        messages = sample.messages(system_prompt)
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=True)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    @property
+    def version(self) -> int:
+        """Policy version of the weights currently loaded (0 = as started)."""
+        return self._version
+
+    # ---- one rollout: at most two sampling requests ---------------------------------------
+    async def _rollout(self, sample: Sample, group: int, prompt: list[int], budget: Budget,
+                       temperature: float, seed: int | None, scorer: Scorer | None) -> Rollout:
+        t0 = time.perf_counter()
+        rseed = None if seed is None else B.rollout_seed(seed, sample.id, group)
+        phrase = self._phrase_ids(budget.phrase)
+        plan = B.plan_rollout(budget, len(phrase), rseed or 0)
+        first = await self._sample(prompt, B.first_phase_tokens(plan), temperature, rseed)
+        step = B.after_first_phase(plan, first.tokens, first.ended, self._think_close, phrase)
+        k = step.keep
+        tokens, versions = first.tokens[:k], first.versions[:k]
+        logprobs: list[float | None] = [float(x) for x in first.logprobs[:k]]
+        if isinstance(step, B.Continue):
+            tokens += list(step.forced)
+            logprobs += [None] * len(step.forced)
+            versions += [self._version] * len(step.forced)
+            seed2 = None if rseed is None else rseed ^ 0x5EED
+            second = await self._sample(prompt + tokens, step.max_tokens, temperature, seed2)
+            tokens += second.tokens
+            logprobs += second.logprobs
+            versions += second.versions
+            reason = B.final_reason(step, second.ended)
+        else:
+            reason = step.finish_reason
+        gen_end = time.perf_counter()
+        thinking, answer = B.count_phases(tokens, self._think_close, plan.thinking is not None)
+        completion = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        score, score_s = UNSCORED, 0.0
+        if scorer is not None:
+            t1 = time.perf_counter()
+            score = await asyncio.wrap_future(scorer.submit(sample, completion))
+            score_s = time.perf_counter() - t1
+        return Rollout(
+            sample_id=sample.id, task=sample.task, prompt_token_ids=tuple(prompt),
+            token_ids=tuple(tokens), logprobs=tuple(logprobs), versions=tuple(versions),
+            finish_reason=reason, thinking_tokens=thinking, answer_tokens=answer,
+            completion=completion, score=score, group=group,
+            timings={"gen_s": gen_end - t0, "score_s": score_s, "gen_end": gen_end},
+            meta={"thinking_budget": plan.thinking,
+                  "sampled_tokens": len(tokens) - sum(lp is None for lp in logprobs)})
+
+    def too_long(self, sample: Sample, prompt: list[int], longest: int,
+                 group: int) -> Rollout:
+        """The rollout reported, unsent, for a prompt that cannot fit its longest completion."""
+        detail = (f"prompt too long: {len(prompt)} prompt tokens + up to {longest} completion "
+                  f"tokens > max_model_len {self.max_model_len}; not generated")
+        return Rollout(
+            sample_id=sample.id, task=sample.task, prompt_token_ids=tuple(prompt), token_ids=(),
+            logprobs=(), versions=(), finish_reason="prompt_too_long", thinking_tokens=0,
+            answer_tokens=0, completion="", group=group,
+            score=Score(status="error", reward=-1.0, detail=detail),
+            timings={"gen_s": 0.0, "score_s": 0.0, "gen_end": time.perf_counter()})
+
+    # ---- public generation API ------------------------------------------------------------
+    def stream(self, samples: Iterable[Sample], *, n: int = 1, budget: Budget | None = None,
+               temperature: float = 1.0, seed: int | None = 0, scorer: Scorer | None = None,
+               score: bool = True, max_in_flight: int | None = None) -> Iterator[Rollout]:
+        """Yield each Rollout as soon as it is generated and scored.
+
+        `samples` is consumed lazily (an endless iterator works); at most `max_in_flight` rollouts
+        are generating or waiting to be read (default: unbounded). `rollout.group` is its index
+        among the `n` of its sample and `rollout.meta["index"]` the sample's position in
+        `samples`. `scorer=None` uses the generator's own; `score=False` skips scoring. A prompt
+        too long for `max_model_len` yields n `prompt_too_long` rollouts (never sent).
+        """
+        budget = budget or Budget()
+        if n <= 0 or temperature < 0:
+            raise ValueError(f"need n > 0 and temperature >= 0, got n={n}, "
+                             f"temperature={temperature}")
+        if score and scorer is None:
+            scorer = self.default_scorer()
+        out: queue.Queue = queue.Queue()
+        slots: list = [None]
+        job = asyncio.run_coroutine_threadsafe(
+            self._drive(iter(samples), n, budget, temperature, seed,
+                        scorer if score else None, max_in_flight, out, slots), self._loop)
+        try:
+            while True:
+                item = out.get()
+                if item is _END:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                if slots[0] is not None:
+                    self._loop.call_soon_threadsafe(slots[0].release)
+                yield item
+        finally:
+            job.cancel()
+
+    async def _drive(self, samples, n, budget, temperature, seed, scorer, max_in_flight,
+                     out: queue.Queue, slots: list) -> None:
+        sem = asyncio.Semaphore(max_in_flight) if max_in_flight else None
+        slots[0] = sem
+        tasks: set[asyncio.Task] = set()
+
+        def finished(task: asyncio.Task) -> None:
+            tasks.discard(task)
+            if not task.cancelled():
+                exc = task.exception()
+                out.put(exc if exc is not None else task.result())
+
+        longest = budget.hard_cap(len(self._phrase_ids(budget.phrase)))
+        try:
+            for index, sample in enumerate(samples):
+                prompt = self.prompt_ids(sample)
+                for group in range(n):
+                    if sem is not None:
+                        await sem.acquire()
+                    if len(prompt) + longest > self.max_model_len:
+                        rollout = self.too_long(sample, prompt, longest, group)
+                        rollout.meta["index"] = index
+                        out.put(rollout)
+                        continue
+                    task = asyncio.ensure_future(self._tagged(
+                        index, sample, group, prompt, budget, temperature, seed, scorer))
+                    tasks.add(task)
+                    task.add_done_callback(finished)
+            while tasks:
+                await asyncio.wait(set(tasks))
+        except BaseException as exc:
+            for task in tasks:
+                task.cancel()
+            if not isinstance(exc, asyncio.CancelledError):
+                out.put(exc)
+            raise
+        finally:
+            out.put(_END)
+
+    async def _tagged(self, index, sample, group, prompt, budget, temperature, seed, scorer):
+        rollout = await self._rollout(sample, group, prompt, budget, temperature, seed, scorer)
+        rollout.meta["index"] = index
+        return rollout
+
+    def generate(self, samples: Sequence[Sample], *, n: int = 1, budget: Budget | None = None,
+                 temperature: float = 1.0, seed: int | None = 0, scorer: Scorer | None = None,
+                 score: bool = True) -> list[Rollout]:
+        """All rollouts, ordered by sample then group (sample i's rollouts at i*n .. i*n+n-1)."""
+        rollouts = list(self.stream(samples, n=n, budget=budget, temperature=temperature,
+                                    seed=seed, scorer=scorer, score=score))
+        return sorted(rollouts, key=lambda r: (r.meta["index"], r.group))
+
+    def default_scorer(self) -> Scorer:
+        """The Scorer used when `stream`/`generate` get none (created once, thread-safely)."""
+        with self._scorer_lock:
+            if self._scorer is None:
+                self._scorer = Scorer(max_workers=self._scorer_workers)
+            return self._scorer
+
+    def close(self) -> None:
+        """Stop the scorer and the event loop (subclasses stop their backend first)."""
+        if self._scorer is not None:
+            self._scorer.close()
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
