@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,7 +20,7 @@ import torch
 
 from scalerl.rollout.weights import WeightsUnknownError
 
-Weights = Iterable[tuple[str, torch.Tensor]]
+Weights = Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]
 
 
 class PublishError(RuntimeError):
@@ -53,7 +53,8 @@ class _Counted:
         self.weights, self.tensors, self.bytes = weights, 0, 0
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
-        for name, t in self.weights:
+        items = self.weights.items() if isinstance(self.weights, Mapping) else self.weights
+        for name, t in items:
             self.tensors += 1
             self.bytes += t.numel() * t.element_size()
             yield name, t
@@ -195,7 +196,8 @@ class NCCLPublisher:
         if self._engine is None:
             self.connect()
         t0 = time.monotonic()
-        tensors = {n: t.detach().contiguous() for n, t in weights}
+        items = weights.items() if isinstance(weights, Mapping) else weights
+        tensors = {n: t.detach().contiguous() for n, t in items}
         what = f"weights version {version} ({len(tensors)} tensors) over NCCL"
         self._engine.source = _TensorSource(tensors)
         try:

@@ -219,21 +219,21 @@ def test_state_dict_is_consistent_while_the_driver_admits():
 
 @pytest.mark.slow
 def test_real_engine_keeps_the_lag_bound_through_in_flight_publishes(engine, tiny_model_path):
-    """The vLLM engine and the in-process publisher: each step's weights land while the next
+    """The vLLM engine and the files publisher: each step's weights land while the next
     prompts are generating; every batch keeps lag <= max_lag and tokens carry real versions."""
     from pathlib import Path
 
     from safetensors.torch import load_file
 
     from scalerl.envs.catalog import get_task
-    from scalerl.trainer.publish import InProcessPublisher
+    from scalerl.trainer.publish import FilesPublisher
 
     base: dict = {}
     for f in sorted(Path(tiny_model_path).glob("*.safetensors")):
         base.update(load_file(str(f)))
     samples = iter(get_task("arith").samples("train"))
     v0 = engine.version
-    pub = InProcessPublisher(engine, timeout_s=120.0, initial_weights=base, initial_version=v0)
+    pub = FilesPublisher(engine, timeout_s=120.0)
     try:
         with PipelineRL(engine, lambda: next(samples), n=2, groups_per_batch=2, max_lag=1,
                         budget=Budget(thinking=32, answer=16), temperature=1.0, seed=0,
