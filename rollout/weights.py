@@ -9,7 +9,6 @@ engine here (rollout/weight_files.py writes the tensors the engine reloads).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 
@@ -46,11 +45,19 @@ def expand_versions(marks: list[tuple[int, int]], n: int) -> list[int]:
 
 
 def checkpoint_shapes(model_path: str) -> dict[str, tuple[int, ...]]:
-    """Tensor names and shapes of the safetensors checkpoint at `model_path`."""
+    """Tensor names and shapes of the safetensors checkpoint of `model_path` (a directory, or a
+    hub id through the Hugging Face cache); FileNotFoundError when it has no safetensors files."""
     from safetensors import safe_open
 
+    from scalerl.rollout.model_files import model_dir
+
+    folder = model_dir(model_path)
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no *.safetensors files, so the names and shapes of "
+                                "new weights cannot be checked")
     shapes = {}
-    for file in sorted(Path(model_path).glob("*.safetensors")):
+    for file in files:
         with safe_open(str(file), framework="pt") as fh:
             for name in fh.keys():  # noqa: SIM118 (safe_open is not a dict)
                 shapes[name] = tuple(fh.get_slice(name).get_shape())

@@ -30,6 +30,7 @@ from scalerl.rollout.evaluate import (
     record_from_row,
     resolve_tasks,
 )
+from scalerl.rollout.model_files import ModelNotFoundError, model_dir
 from scalerl.rollout.types import Budget
 
 
@@ -98,8 +99,11 @@ def resolve_models(paths: Sequence[str]) -> list[ModelRef]:
         elif raw.startswith((".", "/", "~")) or raw.count("/") != 1:
             raise EvalInputError(f"{raw}: no such model directory (give a local HF model dir, a "
                                  "run dir, its checkpoints/ folder, or a hub id org/name)")
-        else:  # a hub id; vLLM resolves it
-            refs.append(ModelRef(raw, None, raw))
+        else:  # a hub id: its snapshot in the Hugging Face cache (HF_HUB_OFFLINE honoured)
+            try:
+                refs.append(ModelRef(str(model_dir(raw)), None, raw))
+            except ModelNotFoundError as exc:
+                raise EvalInputError(str(exc)) from None
     return refs
 
 

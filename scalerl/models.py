@@ -1,15 +1,18 @@
-"""Model names to local directories: `tiny` (the cached tiny model, built on first use) or a
-Hugging Face model directory.
+"""Model names to local directories: `tiny` (the cached tiny model, built on first use), a
+Hugging Face model directory, or a hub id (`Qwen/Qwen3-8B`: its snapshot in the Hugging Face
+cache, honouring HF_HUB_OFFLINE; rollout/model_files.py).
 
-Every command that loads a model resolves its name here, so `tiny` and a bad name behave the same
-everywhere. Nothing is downloaded or loaded here.
+Every command that loads a model resolves its name here, so `tiny`, hub ids and a bad name behave
+the same everywhere, and vLLM, transformers and the weight checks read the same files. Nothing is
+loaded here.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from pathlib import Path
+
+from scalerl.rollout.model_files import model_dir
 
 
 def resolve_model(name: str, log: Callable[[str], None] | None = None) -> str:
@@ -18,8 +21,4 @@ def resolve_model(name: str, log: Callable[[str], None] | None = None) -> str:
         from scalerl.tiny import ensure_tiny
 
         return str(ensure_tiny(log=log or (lambda msg: print(msg, file=sys.stderr))))
-    path = Path(name)
-    if not (path / "config.json").is_file():
-        raise ValueError(f"model {name!r}: no config.json there; give a Hugging Face model "
-                         "directory or 'tiny'")
-    return str(path)
+    return str(model_dir(name))

@@ -1,27 +1,92 @@
-"""Glue for one training run: the model, the accelerator, the generator and the tasks, then
-`trainer.offpolicy.train`.
+"""Glue for one training run: placement, the accelerator, the policy, the generator and the
+tasks, then `trainer.offpolicy.train`.
 
 `run_training(cfg, run_dir, model_path, ckpt)` is what `scalerl train`, `scalerl bench train` and
-the tests call: it applies the run's sandbox settings, builds the policy and Accelerate, starts
-the vLLM Generator on rank 0 with the policy's LM-head precision, resolves the task mixture and
-trains. No argument parsing, no printing of results (scalerl/commands/train.py does that).
+the tests call: it applies the run's sandbox settings, decides which GPUs train and which generate
+(scalerl/placement.py), builds Accelerate (its collective timeout from the config), the policy
+(gradient checkpointing, chunked LM head, FSDP2 sharding when asked: trainer/sharding.py), starts
+the vLLM Generator on rank 0 with the policy's LM-head precision while the other ranks wait
+outside the collective timeout (trainer/waiting.py), resolves the task mixture and trains. No
+argument parsing, no printing of results (scalerl/commands/train.py does that); rank 0 prints the
+start-up facts (placement, the trainer state's bytes per parameter) to stderr.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from pathlib import Path
 
+from scalerl.coerce import ConfigError
 from scalerl.config import RunConfig
+from scalerl.placement import Placement
+
+LAUNCH_GPUS = "SCALERL_LAUNCH_GPUS"
+"""The launcher's GPU ids, recorded once per process before the trainer's own view is narrowed."""
 
 
-def build_accelerator(dtype: str):
+def build_accelerator(policy):
+    """Accelerate for the trainer (`policy`: the PolicyConfig): bf16 autocast on GPU for a whole
+    `auto` policy (FSDP2 casts its layers itself), the collective timeout from the config."""
+    from datetime import timedelta
+
     import torch
     from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs
 
     on_gpu = torch.cuda.is_available()
-    mixed = "bf16" if on_gpu and dtype == "auto" else "no"
-    return Accelerator(cpu=not on_gpu, mixed_precision=mixed)
+    mixed = "bf16" if on_gpu and policy.dtype == "auto" and policy.sharding == "none" else "no"
+    timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=policy.collective_timeout_s))
+    return Accelerator(cpu=not on_gpu, mixed_precision=mixed, kwargs_handlers=[timeout])
+
+
+def check_launch(accelerator) -> None:
+    """Refuse Accelerate's own FSDP or DeepSpeed: the policy is sharded by scalerl itself."""
+    from accelerate.utils import DistributedType
+
+    kind = accelerator.distributed_type
+    if kind in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        raise ConfigError(
+            f"launched with an Accelerate {kind.value} config: scalerl shards the policy itself; "
+            "launch with scalerl/recipes/accelerate/fsdp.yaml (a plain multi-GPU launch) and "
+            "--set policy.sharding=fsdp2")
+
+
+def place_gpus(cfg: RunConfig) -> Placement | None:
+    """Which GPUs train and which generate (None on CPU); narrows this process's CUDA view to
+    the trainer's GPUs, so it must run before CUDA starts."""
+    import torch
+
+    from scalerl.placement import apply_to_trainer, plan_placement, visible_gpus
+
+    count = torch.cuda.device_count()  # NVML: does not start CUDA
+    if count == 0:
+        return None
+    if LAUNCH_GPUS not in os.environ:
+        os.environ[LAUNCH_GPUS] = ",".join(visible_gpus(count,
+                                                        os.environ.get("CUDA_VISIBLE_DEVICES")))
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    placement = plan_placement(os.environ[LAUNCH_GPUS].split(","), ranks,
+                               cfg.engine.tensor_parallel_size, cfg.engine.devices)
+    apply_to_trainer(placement)
+    return placement
+
+
+def build_policy(policy, model_path: str, accelerator):
+    """The PolicyModule the loop trains (`policy`: the PolicyConfig): loaded, with gradient
+    checkpointing and the LM-head chunk size, sharded by FSDP2 when `policy.sharding: fsdp2`."""
+    from scalerl.trainer.policy import PolicyModule, load_policy
+    from scalerl.trainer.sharding import shard_policy
+
+    model = load_policy(model_path, policy_dtype(policy.dtype),
+                        gradient_checkpointing=policy.gradient_checkpointing)
+    module = PolicyModule(model, chunk_tokens=policy.logit_chunk_tokens)
+    if policy.sharding == "fsdp2":
+        on_gpu = accelerator.device.type == "cuda"
+        shard_policy(module, accelerator.device, bf16=on_gpu and policy.dtype == "auto",
+                     fp32_head=policy.fp32_head)
+    return module
 
 
 def policy_dtype(dtype: str) -> str:
@@ -44,27 +109,43 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
     from transformers import AutoTokenizer
 
     from scalerl.envs.catalog import get_task
+    from scalerl.placement import engine_env
     from scalerl.rollout.engine import Generator
     from scalerl.rollout.weights import check_precision_match
     from scalerl.trainer.offpolicy import TrainTask, train
-    from scalerl.trainer.policy import load_policy
     from scalerl.trainer.publish import make_publisher
+    from scalerl.trainer.sharding import memory_line
+    from scalerl.trainer.waiting import init_waiting, wait_for_rank0
 
     apply_sandbox(cfg)
-    accelerator = build_accelerator(cfg.policy.dtype)
-    model = load_policy(model_path, policy_dtype(cfg.policy.dtype))
+    placement = place_gpus(cfg)
+    accelerator = build_accelerator(cfg.policy)
+    check_launch(accelerator)
+    init_waiting()
+    if placement is not None:  # CUDA starts now, with the trainer's view, before the engine's
+        import torch
+
+        torch.cuda.init()
+    policy = build_policy(cfg.policy, model_path, accelerator)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     tasks = {t.name: TrainTask(get_task(t.name), t.budget, t.weight) for t in cfg.tasks}
     generator = publisher = None
     if accelerator.is_main_process:
-        generator = Generator(model_path, config=cfg.engine, fp32_head=cfg.policy.fp32_head)
+        print(memory_line(policy, accelerator.num_processes, cfg.policy.sharding == "fsdp2"),
+              file=sys.stderr)
+        if placement is not None:
+            print(placement.describe(), file=sys.stderr)
+        with engine_env(placement):
+            generator = Generator(model_path, config=cfg.engine, fp32_head=cfg.policy.fp32_head)
         check_precision_match(generator.fp32_head, cfg.policy.fp32_head)
         publisher = make_publisher(cfg.engine.weight_transfer, generator)
+    wait_for_rank0()  # the other ranks wait for the engine here, outside the collective timeout
     set_cpu_threads(cfg.policy.cpu_threads)  # after the engine starts: its processes keep theirs
+    devices = None if placement is None else placement.held(accelerator.num_processes)
     try:
-        run = train(cfg, model=model, tokenizer=tokenizer, generator=generator, tasks=tasks,
+        run = train(cfg, model=policy, tokenizer=tokenizer, generator=generator, tasks=tasks,
                     run_dir=run_dir, accelerator=accelerator, resume_from=ckpt,
-                    publisher=publisher)
+                    publisher=publisher, devices=devices)
     finally:
         if generator is not None:
             generator.close()

@@ -2,7 +2,10 @@
 
 `<run-dir>/checkpoints/step-000012/` holds config.json + model.safetensors (+ tokenizer files),
 loadable by transformers and vLLM, and `trainer_state.pt` (optimizer, scheduler, RNG states, the
-rollout source's state: sampler position and untrained rollouts, filter state, counters). It is
+rollout source's state: sampler position and untrained rollouts, filter state, counters). With a
+sharded (FSDP2) policy the model files are written from the gathered full weights and the
+optimizer state is saved per rank instead, by torch.distributed.checkpoint under `optimizer/`
+(one file per rank; every rank writes its own shard and reads it back on resume). It is all
 written under a temporary name and renamed, so a killed run never leaves a half checkpoint.
 """
 
@@ -17,6 +20,7 @@ import numpy as np
 import torch
 
 STATE_FILE = "trainer_state.pt"
+OPTIMIZER_DIR = "optimizer"
 PREFIX = "step-"
 
 
@@ -36,17 +40,24 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict[str, Any], *,
-                    keep: int = 2) -> Path:
-    """Write step `step` atomically (tmp dir + rename) and keep the `keep` most recent."""
+                    keep: int = 2, state_dict: dict[str, torch.Tensor] | None = None) -> Path:
+    """Write step `step` atomically (tmp dir + rename) and keep the `keep` most recent.
+
+    `state_dict`: the full weights to write (a sharded model's, gathered) instead of `model`'s
+    own; a sharded optimizer's files, staged by `save_sharded_optimizer`, move in with them.
+    """
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{step:06d}"
     tmp = root / f".tmp-{PREFIX}{step:06d}"
     if tmp.exists():
         shutil.rmtree(tmp)
-    model.save_pretrained(tmp, safe_serialization=True)
+    model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
+    staged = optimizer_staging(run_dir, step)
+    if staged.exists():
+        staged.rename(tmp / OPTIMIZER_DIR)
     torch.save({**state, "step": step, "rng": rng_state()}, tmp / STATE_FILE)
     if final.exists():
         shutil.rmtree(final)
@@ -54,6 +65,49 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict[str,
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old)
     return final
+
+
+def optimizer_staging(run_dir: Path, step: int) -> Path:
+    """Where every rank writes its optimizer shard before rank 0 assembles the checkpoint."""
+    return checkpoint_dir(run_dir) / f".tmp-{OPTIMIZER_DIR}-{step:06d}"
+
+
+def clear_optimizer_staging(run_dir: Path, step: int) -> None:
+    """Rank 0, before the ranks write: drop what a killed run left at the staging path."""
+    staged = optimizer_staging(run_dir, step)
+    if staged.exists():
+        shutil.rmtree(staged)
+
+
+def save_sharded_optimizer(model, optimizer, run_dir: Path, step: int) -> None:
+    """Every rank together: write this rank's optimizer shard (torch.distributed.checkpoint)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    state = {"optimizer": get_optimizer_state_dict(model, _bare(optimizer))}
+    dcp.save(state, checkpoint_id=str(optimizer_staging(run_dir, step)))
+
+
+def load_sharded_optimizer(model, optimizer, path: Path) -> None:
+    """Every rank together: read this rank's optimizer shard of checkpoint `path` back."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    folder = Path(path) / OPTIMIZER_DIR
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no sharded optimizer state (the checkpoint was "
+                                "written without policy.sharding=fsdp2; resume with that setting)")
+    state = {"optimizer": get_optimizer_state_dict(model, _bare(optimizer))}
+    dcp.load(state, checkpoint_id=str(folder))
+    set_optimizer_state_dict(model, _bare(optimizer), state["optimizer"])
+
+
+def _bare(optimizer):
+    """The torch optimizer inside an Accelerate wrapper."""
+    return getattr(optimizer, "optimizer", optimizer)
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:

@@ -15,9 +15,15 @@ from typing import Literal
 @dataclass(frozen=True)
 class PolicyConfig:
     model: str = "tiny"
-    """Hugging Face model path or hub name; `tiny` builds (or reuses) the tiny CPU model."""
+    """Hugging Face model directory or hub id (`Qwen/Qwen3-8B`: its snapshot in the Hugging Face
+    cache, downloaded when missing unless HF_HUB_OFFLINE is set); `tiny` builds (or reuses) the
+    tiny CPU model."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """Trainer weights dtype; `auto` is float32 on CPU and bfloat16 on GPU."""
+    """Trainer weights dtype. `auto`: fp32 weights, gradients and AdamW moments (16 bytes per
+    parameter, divided over the ranks with `sharding: fsdp2`), computing in bf16 on GPU (autocast,
+    or FSDP2's bf16 layers) and fp32 on CPU. `bfloat16`: weights, gradients and moments in bf16
+    (8 bytes per parameter); updates smaller than bf16's resolution (~0.4% of a weight, so an
+    lr of 5e-7) are lost."""
     fp32_head: bool = True
     """Compute the LM head in FP32, in the trainer and in the generator alike (the paper's FP32
     fix, §3.2); the engine is started with the same setting."""
@@ -27,6 +33,26 @@ class PolicyConfig:
     """Torch threads of the trainer when it runs on CPU (None: torch's default, one per core).
     1 by default: beside vLLM's engine process and the verifier pool, one thread measured 2.4x
     the tokens/s of two on 2 cores. Ignored on GPU."""
+    sharding: Literal["none", "fsdp2"] = "none"
+    """How the trainer's ranks hold the model. `none`: every rank holds all of it (one process,
+    or DDP under torchrun / `accelerate launch`). `fsdp2`: torch's FSDP2 (`fully_shard` on each
+    decoder layer, then on the whole policy), the same code on CPU (gloo) and GPU (NCCL): each
+    rank keeps 1/N of the fp32 weights, gradients and AdamW moments; on GPU the layers compute
+    in bf16 (all-gathered in bf16, gradients reduced in fp32) and the embeddings and LM head stay
+    fp32. Launch with torchrun or `accelerate launch` and a plain multi-GPU config (not an
+    Accelerate FSDP or DeepSpeed one)."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward instead of keeping them (one
+    more forward of compute; activation memory of one layer instead of all)."""
+    logit_chunk_tokens: int = 1024
+    """Completion tokens whose LM-head logits are computed at once (forward and backward); the
+    logits held are this x the vocabulary in fp32 (1024 x 152k = 0.6 GB), never the whole
+    batch's. The values do not depend on it."""
+    collective_timeout_s: float = 1800.0
+    """Timeout of the trainer ranks' collectives (gradient reductions, all-gathers). Ranks that
+    wait while rank 0 alone generates, validates, writes checkpoint files or publishes weights
+    wait on a separate gloo group without this limit (a failed rank still ends the job:
+    torchrun stops every rank when one exits)."""
 
 
 @dataclass(frozen=True)

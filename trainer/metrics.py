@@ -1,9 +1,10 @@
 """Training metrics: per-step figures from rollouts, a compute clock, and the writers.
 
 `rollout_metrics` turns one step's groups into reward, pass-rate, length and finish-reason
-figures; `ComputeClock` accumulates device-seconds and tokens across resumes; `MetricsWriter`
-appends one JSON line per step to metrics.jsonl, mirrors scalars to TensorBoard and shows a rich
-progress line. Stable grouped keys (`reward/mean`, `loss/clip_frac`, ...). No training here.
+figures; `ComputeClock` accumulates training device-seconds (validation apart) and tokens across
+resumes; `MetricsWriter` appends one JSON line per step to metrics.jsonl, mirrors scalars to
+TensorBoard and shows a rich progress line. Stable grouped keys (`reward/mean`,
+`loss/clip_frac`, ...). No training here.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import json
 import math
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +53,14 @@ def rollout_metrics(groups: list[Group]) -> dict[str, float]:
 
 
 class ComputeClock:
-    """Cumulative compute: device-seconds (wall x devices), GPU-hours, generated/trained tokens."""
+    """Cumulative training compute: device-seconds (wall x the devices the run holds), GPU-hours,
+    generated/trained tokens. Time spent inside `apart()` (held-out validation) is not training
+    compute, the paper's x-axis: it is counted separately, as `compute/val_device_s`."""
 
     def __init__(self, devices: int, on_gpu: bool):
         self.devices, self.on_gpu = devices, on_gpu
         self.device_s = 0.0
+        self.val_device_s = 0.0
         self.gen_tokens = 0
         self.train_tokens = 0
         self._last = time.perf_counter()
@@ -66,17 +72,30 @@ class ComputeClock:
         self.gen_tokens += gen_tokens
         self.train_tokens += train_tokens
         out = {"compute/device_s": self.device_s, "compute/gen_tokens": float(self.gen_tokens),
-               "compute/train_tokens": float(self.train_tokens)}
+               "compute/train_tokens": float(self.train_tokens),
+               "compute/val_device_s": self.val_device_s}
         if self.on_gpu:
             out["compute/gpu_hours"] = self.device_s / 3600.0
         return out
 
+    @contextmanager
+    def apart(self) -> Iterator[None]:
+        """Time inside is left out of `compute/device_s` (and counted in val_device_s)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            took = time.perf_counter() - start
+            self._last += took
+            self.val_device_s += took * self.devices
+
     def state_dict(self) -> dict[str, float]:
         return {"device_s": self.device_s, "gen_tokens": self.gen_tokens,
-                "train_tokens": self.train_tokens}
+                "train_tokens": self.train_tokens, "val_device_s": self.val_device_s}
 
     def load_state_dict(self, state: dict[str, float]) -> None:
         self.device_s = float(state["device_s"])
+        self.val_device_s = float(state.get("val_device_s", 0.0))
         self.gen_tokens = int(state["gen_tokens"])
         self.train_tokens = int(state["train_tokens"])
         self._last = time.perf_counter()

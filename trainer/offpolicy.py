@@ -22,7 +22,14 @@ from scalerl.envs.task import Task
 from scalerl.rollout.evaluate import evaluate
 from scalerl.rollout.types import Budget
 from scalerl.trainer.batch import GroupReport, collate, prepare_groups
-from scalerl.trainer.checkpoint import load_state, save_checkpoint, set_rng_state
+from scalerl.trainer.checkpoint import (
+    clear_optimizer_staging,
+    load_sharded_optimizer,
+    load_state,
+    save_checkpoint,
+    save_sharded_optimizer,
+    set_rng_state,
+)
 from scalerl.trainer.config import TrainerConfig
 from scalerl.trainer.filters import Group, PromptRetirement
 from scalerl.trainer.losses import loss_kwargs
@@ -31,8 +38,10 @@ from scalerl.trainer.pipeline_source import PipelineSource
 from scalerl.trainer.policy import PolicyModule, hf_model, named_weights
 from scalerl.trainer.publish import Publisher
 from scalerl.trainer.sampler import TaskSampler
+from scalerl.trainer.sharding import gather_weights, is_sharded
 from scalerl.trainer.sources import PPOOffPolicy, RolloutSource, SourceSettings
 from scalerl.trainer.step import StepSettings, train_step
+from scalerl.trainer.waiting import broadcast_from_rank0, wait_for_rank0
 
 SOURCES: dict[str, Callable[..., RolloutSource]] = {"ppo": PPOOffPolicy,
                                                    "pipelinerl": PipelineSource}
@@ -77,10 +86,16 @@ class Run:
 
 def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str, TrainTask],
           run_dir: Path, accelerator, resume_from: Path | None = None,
-          publisher: Publisher | None = None) -> Run:
+          publisher: Publisher | None = None, devices: int | None = None) -> Run:
     """Run `cfg.steps` optimizer steps (from a checkpoint when `resume_from`); returns the run.
-    `publisher` hands new weights to the generator (default: its own `update_weights`)."""
-    run = setup(cfg, model, tokenizer, generator, tasks, Path(run_dir), accelerator, publisher)
+
+    `model`: a Hugging Face model or a `PolicyModule` (already sharded when
+    `policy.sharding: fsdp2`). `publisher` hands new weights to the generator (default: its own
+    `update_weights`). `devices`: the devices the run holds, for the compute axis (None: one per
+    trainer process plus one for the generator).
+    """
+    run = setup(cfg, model, tokenizer, generator, tasks, Path(run_dir), accelerator, publisher,
+                devices)
     if resume_from is not None:
         restore(run, resume_from)
     if run.step == 0:
@@ -93,7 +108,7 @@ def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str
         step_metrics = optimise(run, kept, report)
         run.train_s += time.perf_counter() - t1
         run.step += 1
-        run.source.on_step(run.step, lambda: named_weights(unwrap(run)))
+        hand_weights(run)
         run.loop_s += time.perf_counter() - t0
         log_step(run, groups, report, gen_metrics, step_metrics, time.perf_counter() - t1)
         if due(run.step, cfg.val.every) or run.step == cfg.steps:
@@ -117,15 +132,18 @@ def unwrap(run: Run):
 # Set-up and restore.
 
 def setup(cfg: TrainerConfig, model, tokenizer, generator, tasks: Mapping[str, TrainTask],
-          run_dir: Path, accelerator, publisher: Publisher | None = None) -> Run:
+          run_dir: Path, accelerator, publisher: Publisher | None = None,
+          devices: int | None = None) -> Run:
     torch.manual_seed(cfg.seed)
     o = cfg.optim
+    model = model if isinstance(model, PolicyModule) else PolicyModule(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,
                                   weight_decay=o.weight_decay)
     warmup = o.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup > 0 else 1.0)
-    model, optimizer = accelerator.prepare(PolicyModule(model), optimizer)
+    if not is_sharded(model):  # FSDP2 shards itself (trainer/sharding.py); DDP comes from here
+        model, optimizer = accelerator.prepare(model, optimizer)
     f = cfg.filters
     retirement = PromptRetirement(f.retire_threshold, f.retire_history, enabled=f.retire)
     source = None
@@ -136,8 +154,9 @@ def setup(cfg: TrainerConfig, model, tokenizer, generator, tasks: Mapping[str, T
     if accelerator.is_main_process:
         writer = MetricsWriter(run_dir, total_steps=cfg.steps, tensorboard=cfg.log.tensorboard,
                                progress=cfg.log.progress)
-    clock = ComputeClock(accelerator.num_processes + (generator is not None),
-                         on_gpu=accelerator.device.type == "cuda")
+    if devices is None:
+        devices = accelerator.num_processes + (generator is not None)
+    clock = ComputeClock(devices, on_gpu=accelerator.device.type == "cuda")
     return Run(cfg, accelerator, model, tokenizer, optimizer, scheduler, source, retirement,
                clock, writer, tasks, run_dir, generator)
 
@@ -161,7 +180,10 @@ def source_settings(cfg: TrainerConfig, tasks: Mapping[str, TrainTask]) -> Sourc
 def restore(run: Run, path: Path) -> None:
     """Load everything but the model weights (the glue loaded the model from `path`)."""
     state = load_state(path)
-    run.optimizer.load_state_dict(state["optimizer"])
+    if is_sharded(run.model):
+        load_sharded_optimizer(run.model, run.optimizer, path)
+    else:
+        run.optimizer.load_state_dict(state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
     run.retirement.load_state_dict(state["retirement"])
     run.clock.load_state_dict(state["clock"])
@@ -170,33 +192,55 @@ def restore(run: Run, path: Path) -> None:
     run.validations = list(state["validations"])
     if run.source is not None:
         run.source.load_state_dict(state["source"])
-        run.source.on_step(run.step, lambda: named_weights(unwrap(run)))  # tags the version
+    hand_weights(run)  # tags the version
     if run.writer is not None:
         truncate_jsonl(run.writer.path, run.step)
     set_rng_state(state["rng"])
 
 
 def checkpoint(run: Run) -> None:
-    run.accelerator.wait_for_everyone()
-    if not run.accelerator.is_main_process:
+    """Every rank: wait for rank 0 (it may still be validating), then a sharded policy's full
+    weights are gathered and each rank writes its optimizer shard; rank 0 writes the rest."""
+    main, sharded = run.accelerator.is_main_process, is_sharded(run.model)
+    if main and sharded:
+        clear_optimizer_staging(run.run_dir, run.step)
+    wait_for_rank0()
+    weights = None
+    if sharded:
+        weights = gather_weights(run.model)
+        save_sharded_optimizer(run.model, run.optimizer, run.run_dir, run.step)
+    if not main:
         return
-    state = {"optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
+    optimizer = None if sharded else run.optimizer.state_dict()  # sharded: saved per rank
+    state = {"optimizer": optimizer, "scheduler": run.scheduler.state_dict(),
              "retirement": run.retirement.state_dict(), "clock": run.clock.state_dict(),
              "source": run.source.state_dict(), "train_s": run.train_s, "loop_s": run.loop_s,
              "validations": run.validations}
     save_checkpoint(run.run_dir, run.step, unwrap(run), run.tokenizer, state,
-                    keep=run.cfg.checkpoint.keep)
+                    keep=run.cfg.checkpoint.keep, state_dict=weights)
+
+
+def hand_weights(run: Run) -> None:
+    """Every rank, after a step: the weights of policy version `run.step` go to rank 0's rollout
+    source. A sharded policy is gathered now, by all ranks together (rank 0 keeps CPU copies);
+    a whole one is read lazily, when the source sends it."""
+    if is_sharded(run.model):
+        full = gather_weights(run.model)
+        weights = lambda: iter(full.items())
+    else:
+        weights = lambda: named_weights(unwrap(run))
+    if run.source is not None:
+        run.source.on_step(run.step, weights)
 
 
 # ---------------------------------------------------------------------------------------------
 # One step.
 
 def next_groups(run: Run) -> tuple[list[Group], dict[str, float]]:
-    """Rank 0 asks the source; the other ranks receive the same groups."""
-    payload = [run.source.next_groups(run.step) if run.source is not None else None]
-    if run.accelerator.num_processes > 1:
-        torch.distributed.broadcast_object_list(payload, src=0)
-    return payload[0]
+    """Rank 0 asks the source; the other ranks wait for it (outside the trainer's collective
+    timeout: generation can take hours) and receive the same groups."""
+    return broadcast_from_rank0(run.source.next_groups(run.step) if run.source is not None
+                                else None)
 
 
 def filter_groups(run: Run, groups: list[Group]) -> tuple[list[Group], GroupReport]:
@@ -294,15 +338,16 @@ def validate_heldout(run: Run) -> dict[str, float]:
     v = run.cfg.val
     if v.every == 0 or run.source is None:
         return {}
-    run.source.ensure_synced()
     temperature = v.temperature if v.temperature is not None else run.cfg.policy.temperature
     metrics: dict[str, float] = {}
     t = time.perf_counter()
-    for name, spec in run.tasks.items():
-        report = evaluate(run.generator, [spec.task], n=v.n, budget=spec.budget, split=v.split,
-                          ks=v.ks, temperature=temperature, seed=run.cfg.seed + 7919,
-                          limit=v.limit)
-        metrics |= report.tasks[name].metrics(f"val/{name}")
+    run.source.ensure_synced()
+    with run.clock.apart():  # the compute axis is training compute (validation kept apart)
+        for name, spec in run.tasks.items():
+            report = evaluate(run.generator, [spec.task], n=v.n, budget=spec.budget,
+                              split=v.split, ks=v.ks, temperature=temperature,
+                              seed=run.cfg.seed + 7919, limit=v.limit)
+            metrics |= report.tasks[name].metrics(f"val/{name}")
     metrics["val/seconds"] = time.perf_counter() - t
     run.validations.append({"step": run.step, **metrics})
     if run.writer is not None:

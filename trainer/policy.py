@@ -1,8 +1,12 @@
 """The trained policy: any Hugging Face causal LM, with per-token logprobs and entropy.
 
-Only completion positions go through the LM head, and the head can run in FP32 whatever the
+Only completion positions go through the LM head, in chunks of tokens (trainer/head.py: the
+(tokens, vocabulary) logits are never held at once), and the head can run in FP32 whatever the
 model's dtype (the ScaleRL paper's FP32 fix, §3.2: the generator's head must run the same way).
-Logprobs are taken at the sampling temperature. No optimiser, no loss here.
+Logprobs are taken at the sampling temperature. `named_weights` gives the weights as the
+checkpoint files name them (full tensors even when sharded; a tied LM head once, under the
+embedding's name). Every tensor made here is placed on the device of the tensors it meets. No
+optimiser, no loss here.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from scalerl.trainer.head import head_token_stats
 
 Tensor = torch.Tensor
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -26,13 +31,25 @@ class TokenStats:
     entropy: Tensor
 
 
-def load_policy(path: str, dtype: str = "float32") -> nn.Module:
-    """Load a causal LM from a local path or hub name, in `dtype` (float32 | bfloat16 | float16)."""
+def load_policy(path: str, dtype: str = "float32", *,
+                gradient_checkpointing: bool = False) -> nn.Module:
+    """Load a causal LM from a local path or hub name, in `dtype` (float32 | bfloat16 | float16);
+    `gradient_checkpointing` recomputes each decoder layer's activations in the backward."""
     from transformers import AutoModelForCausalLM
 
     if dtype not in DTYPES:
         raise ValueError(f"policy dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    return AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+    if gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    return model
+
+
+def enable_gradient_checkpointing(model: nn.Module) -> None:
+    """Keep only each decoder layer's input for the backward and recompute the rest there
+    (non-reentrant checkpointing: works under FSDP2 and with inputs that need no gradient)."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
 
 
 def _decoder(model: nn.Module) -> nn.Module:
@@ -50,56 +67,51 @@ def completion_positions(prompt_lens: Tensor, completion_lens: Tensor) -> Tensor
     p_i + t and is predicted from position p_i + t - 1.
     """
     width = int(completion_lens.max())
-    offsets = torch.arange(width).unsqueeze(0)  # (1, T)
+    offsets = torch.arange(width, device=prompt_lens.device).unsqueeze(0)  # (1, T)
     positions = prompt_lens.unsqueeze(1) - 1 + offsets
     last = (prompt_lens + completion_lens - 2).clamp(min=0).unsqueeze(1)
     return torch.minimum(positions, last)
 
 
 def token_stats(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, prompt_lens: Tensor,
-                completion_lens: Tensor, *, temperature: float = 1.0,
-                fp32_head: bool = True) -> TokenStats:
+                completion_lens: Tensor, *, temperature: float = 1.0, fp32_head: bool = True,
+                chunk_tokens: int = 1024) -> TokenStats:
     """Logprobs and entropies of the completion tokens of right-padded `input_ids` (B, L).
 
-    The head sees only completion positions, in FP32 when `fp32_head`; logits are divided by
-    `temperature` so logprobs match what the generator sampled from.
+    The head sees only completion positions, `chunk_tokens` at a time, in FP32 when `fp32_head`;
+    logits are divided by `temperature` so logprobs match what the generator sampled from.
     """
     hidden = _decoder(model)(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     positions = completion_positions(prompt_lens, completion_lens)  # (B, T)
     index = positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
     h = hidden.gather(1, index)  # (B, T, H)
     head = model.get_output_embeddings()
-    weight, bias = head.weight, getattr(head, "bias", None)
-    if fp32_head:
-        # Under bf16 autocast a Linear runs in bf16 whatever its inputs: switch it off here.
-        with torch.autocast(device_type=h.device.type, enabled=False):
-            logits = F.linear(h.float(), weight.float(), None if bias is None else bias.float())
-    else:
-        logits = F.linear(h, weight, bias)
-    logits = logits.float() / temperature  # (B, T, V)
-    logp_all = torch.log_softmax(logits, dim=-1)
     targets = input_ids.gather(1, (positions + 1).clamp(max=input_ids.shape[1] - 1))
-    logprobs = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return TokenStats(logprobs=logprobs, entropy=entropy.detach())
+    logprobs, entropy = head_token_stats(h, head.weight, getattr(head, "bias", None), targets,
+                                         temperature=temperature, fp32=fp32_head,
+                                         chunk=chunk_tokens)
+    return TokenStats(logprobs=logprobs, entropy=entropy)
 
 
 class PolicyModule(nn.Module):
     """Wraps a causal LM so that one `forward` returns completion logprobs and entropies.
 
-    DDP/FSDP hook into `forward`, so the trainer wraps this module (not the bare LM) with
-    Accelerate; `.model` is the Hugging Face model (saving, weight sync).
+    DDP/FSDP hook into `forward`, so the trainer wraps (or shards) this module, not the bare LM;
+    `.model` is the Hugging Face model (saving, weight sync). `chunk_tokens`: completion tokens
+    the LM head processes at once.
     """
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, chunk_tokens: int = 1024):
         super().__init__()
         self.model = model
+        self.chunk_tokens = chunk_tokens
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, prompt_lens: Tensor,
                 completion_lens: Tensor, temperature: float = 1.0,
                 fp32_head: bool = True) -> tuple[Tensor, Tensor]:
         stats = token_stats(self.model, input_ids, attention_mask, prompt_lens, completion_lens,
-                            temperature=temperature, fp32_head=fp32_head)
+                            temperature=temperature, fp32_head=fp32_head,
+                            chunk_tokens=self.chunk_tokens)
         return stats.logprobs, stats.entropy
 
 
@@ -108,7 +120,30 @@ def hf_model(module: nn.Module) -> nn.Module:
     return module.model if isinstance(module, PolicyModule) else module
 
 
+def saved_names(model: nn.Module) -> list[str]:
+    """State-dict names the checkpoint files hold: every parameter once (a tied LM head shares
+    the embedding's tensor and is saved, and loaded by vLLM, under the embedding's name) and the
+    persistent buffers."""
+    names = [name for name, _ in model.named_parameters()]  # duplicates (tied) removed
+    for prefix, module in model.named_modules():
+        for name in module._buffers:
+            if name not in module._non_persistent_buffers_set and module._buffers[name] is not None:
+                names.append(f"{prefix}.{name}" if prefix else name)
+    return names
+
+
 def named_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
-    """(name, tensor) pairs in Hugging Face naming, detached, for a generator weight update."""
-    for name, tensor in hf_model(model).state_dict().items():
+    """(name, tensor) pairs in Hugging Face naming, detached, for a generator weight update or a
+    checkpoint: the names of `saved_names`, full tensors on the model's device.
+
+    Sharded (FSDP2) parameters are gathered one at a time (`full_tensor()`), a collective: every
+    rank must iterate this at the same time; only one full tensor is held at once.
+    """
+    from torch.distributed.tensor import DTensor
+
+    state = hf_model(model).state_dict()
+    for name in saved_names(hf_model(model)):
+        tensor = state[name]
+        if isinstance(tensor, DTensor):
+            tensor = tensor.full_tensor()
         yield name, tensor.detach()

@@ -34,10 +34,12 @@ class StepSettings:
     max_grad_norm: float | None
 
 
-def shard_rows(n_rows: int, rank: int, world: int, micro_batch_size: int) -> list[Tensor]:
+def shard_rows(n_rows: int, rank: int, world: int, micro_batch_size: int,
+               device: torch.device | str = "cpu") -> list[Tensor]:
     """This rank's rows of the global batch, cut into the same number of micro-batches on every
-    rank (DDP needs equal backward counts); an empty chunk is returned as an empty index."""
-    mine = torch.arange(rank, n_rows, world)
+    rank (DDP and FSDP need equal backward counts); an empty chunk is returned as an empty index.
+    The indices live on `device`, the batch's."""
+    mine = torch.arange(rank, n_rows, world, device=device)
     per_rank = math.ceil(n_rows / world)
     n_micro = max(1, math.ceil(per_rank / micro_batch_size))
     return [mine[i * micro_batch_size:(i + 1) * micro_batch_size] for i in range(n_micro)]
@@ -70,7 +72,7 @@ def _micro_loss(model, mb: TrainBatch, s: StepSettings) -> tuple[Tensor, dict[st
 
 def _empty_like(batch: TrainBatch) -> TrainBatch:
     """A one-row micro-batch with zero weight and zero mask (keeps DDP ranks in step)."""
-    row = batch.select(torch.tensor([0]))
+    row = batch.select(torch.zeros(1, dtype=torch.long, device=batch.input_ids.device))
     zeros = torch.zeros_like(row.mask)
     return TrainBatch(**{**row.__dict__, "mask": zeros, "weights": zeros})
 
@@ -79,10 +81,12 @@ def train_step(accelerator, model, optimizer, scheduler, batch: TrainBatch,
                s: StepSettings) -> dict[str, float]:
     """Backward over this rank's micro-batches, clip, optimizer and scheduler step.
 
-    `model` is a `PolicyModule` (possibly wrapped by Accelerate for DDP/FSDP).
+    `model` is a `PolicyModule`, wrapped by Accelerate for DDP or sharded by FSDP2
+    (trainer/sharding.py): an FSDP2 module has no `no_sync`, so its gradients are reduce-scattered
+    after every micro-batch into the sharded gradients (summed: the same step).
     """
     chunks = shard_rows(len(batch), accelerator.process_index, accelerator.num_processes,
-                        s.micro_batch_size)
+                        s.micro_batch_size, batch.input_ids.device)
     totals: dict[str, Tensor] = {}
     model.train()
     for i, rows in enumerate(chunks):

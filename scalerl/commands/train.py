@@ -16,6 +16,7 @@ from pathlib import Path
 
 from scalerl.config import ConfigError, RunConfig, load_config, recipe_names, to_dict, validate
 from scalerl.models import resolve_model
+from scalerl.rollout.model_files import ModelNotFoundError
 from scalerl.training import PeakRSS, run_training
 
 HELP = "train a policy with a ScaleRL recipe (no config: the tiny model on arith + synth_code)"
@@ -84,8 +85,12 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool) -> int:
         return 2
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_config(cfg, run_dir)
-    model_path = str(ckpt) if ckpt else resolve_model(cfg.policy.model)
-    result = run_training(cfg, run_dir, model_path, ckpt)
+    try:
+        model_path = str(ckpt) if ckpt else resolve_model(cfg.policy.model)
+        result = run_training(cfg, run_dir, model_path, ckpt)
+    except (ConfigError, ModelNotFoundError) as e:  # no such model; GPUs or launch do not fit
+        print(f"scalerl train: {e}", file=sys.stderr)
+        return 2
     if result is None:
         return 0
     wall = time.perf_counter() - start

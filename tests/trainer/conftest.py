@@ -15,13 +15,13 @@ from scalerl.rollout.types import Rollout
 VOCAB = 48
 
 
-def tiny_qwen2(seed: int = 0, dtype=torch.float32):
+def tiny_qwen2(seed: int = 0, dtype=torch.float32, tied: bool = False):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
     config = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
                          num_hidden_layers=2, num_attention_heads=1, num_key_value_heads=1,
-                         max_position_embeddings=128, tie_word_embeddings=False)
+                         max_position_embeddings=128, tie_word_embeddings=tied)
     return Qwen2ForCausalLM(config).to(dtype)
 
 

@@ -26,3 +26,22 @@ def test_truncate_jsonl_drops_steps_after_the_checkpoint(tmp_path):
     path.write_text("".join(json.dumps({"step": s}) + "\n" for s in (0, 1, 2, 3, 2)))
     truncate_jsonl(path, 2)
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [0, 1, 2, 2]
+
+
+def test_compute_clock_counts_devices_held_and_keeps_validation_apart(monkeypatch):
+    from scalerl.trainer import metrics
+
+    now = [100.0]
+    monkeypatch.setattr(metrics.time, "perf_counter", lambda: now[0])
+    clock = metrics.ComputeClock(devices=3, on_gpu=True)
+    now[0] = 110.0  # 10 s of training
+    with clock.apart():
+        now[0] = 150.0  # 40 s of validation
+    now[0] = 155.0  # 5 more s of training
+    out = clock.tick(gen_tokens=7, train_tokens=5)
+    assert out["compute/device_s"] == 15 * 3
+    assert out["compute/gpu_hours"] == 45 / 3600
+    assert out["compute/val_device_s"] == 40 * 3
+    restored = metrics.ComputeClock(devices=3, on_gpu=True)
+    restored.load_state_dict(clock.state_dict())
+    assert (restored.device_s, restored.val_device_s, restored.gen_tokens) == (45, 120, 7)

@@ -1,0 +1,76 @@
+"""The chunked LM head: the values and gradients of the full computation, one chunk at a time."""
+
+import math
+
+import pytest
+import torch
+
+from scalerl.trainer.head import head_token_stats
+
+
+def test_logprob_and_entropy_of_a_hand_worked_head():
+    # logits of one token: h . rows of W = [1, 0, 0] (temperature 1), target 0:
+    # logprob = 1 - log(e + 2); p = (e, 1, 1) / (e + 2); entropy = -sum p log p.
+    h = torch.tensor([[1.0, 0.0]])
+    w = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    logprob, entropy = head_token_stats(h, w, None, torch.tensor([0]), chunk=1)
+    z = math.e + 2
+    expected_entropy = -(math.e / z * (1 - math.log(z)) + 2 / z * (0 - math.log(z)))
+    assert logprob.item() == pytest.approx(1 - math.log(z), abs=1e-6)
+    assert entropy.item() == pytest.approx(expected_entropy, abs=1e-6)
+    # at temperature 2 the logits halve: [0.5, 0, 0]
+    logprob2, _ = head_token_stats(h, w, None, torch.tensor([1]), temperature=2.0)
+    assert logprob2.item() == pytest.approx(-math.log(math.exp(0.5) + 2), abs=1e-6)
+
+
+def full_reference(h, w, b, targets, temperature):
+    logits = torch.nn.functional.linear(h.float(), w.float(), None if b is None else b.float())
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    return logp.gather(-1, targets[..., None]).squeeze(-1), -(logp.exp() * logp).sum(-1)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 1000])
+@pytest.mark.parametrize("bias", [False, True])
+def test_values_and_gradients_equal_the_full_computation(chunk, bias):
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(2, 5, 8, generator=g, requires_grad=True)
+    w = torch.randn(11, 8, generator=g, requires_grad=True)
+    b = torch.randn(11, generator=g, requires_grad=True) if bias else None
+    targets = torch.randint(0, 11, (2, 5), generator=g)
+    weights = torch.randn(2, 5, generator=g)
+    lp, ent = head_token_stats(h, w, b, targets, temperature=0.7, chunk=chunk)
+    (lp * weights).sum().backward()
+    grads = [t.grad.clone() for t in (h, w, b) if t is not None]
+    for t in (h, w, b):
+        if t is not None:
+            t.grad = None
+    ref_lp, ref_ent = full_reference(h, w, b, targets, 0.7)
+    (ref_lp * weights).sum().backward()
+    torch.testing.assert_close(lp, ref_lp, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ent, ref_ent.detach(), rtol=1e-5, atol=1e-6)
+    assert not ent.requires_grad
+    for got, t in zip(grads, [t for t in (h, w, b) if t is not None], strict=True):
+        torch.testing.assert_close(got, t.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_hidden_states_with_the_fp32_head_match_an_fp32_head_on_the_same_values():
+    g = torch.Generator().manual_seed(1)
+    h = torch.randn(6, 16, generator=g).to(torch.bfloat16).requires_grad_()
+    w = torch.randn(32, 16, generator=g).to(torch.bfloat16).requires_grad_()
+    targets = torch.randint(0, 32, (6,), generator=g)
+    lp, _ = head_token_stats(h, w, None, targets, fp32=True, chunk=4)
+    lp.sum().backward()
+    assert lp.dtype == torch.float32 and h.grad.dtype == w.grad.dtype == torch.bfloat16
+    h32, w32 = h.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    ref, _ = full_reference(h32, w32, None, targets, 1.0)
+    ref.sum().backward()
+    torch.testing.assert_close(lp, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(w.grad, w32.grad.to(torch.bfloat16))
+    # without the FP32 head the logits are rounded to bf16 first: visibly further from fp32
+    lp16, _ = head_token_stats(h.detach(), w.detach(), None, targets, fp32=False)
+    assert (lp16 - ref).abs().max() > (lp - ref).abs().max()
+
+
+def test_a_chunk_below_one_token_is_refused():
+    with pytest.raises(ValueError, match="chunk must be >= 1"):
+        head_token_stats(torch.zeros(1, 2), torch.zeros(3, 2), None, torch.tensor([0]), chunk=0)

@@ -1,0 +1,95 @@
+"""The LM head over completion positions, in chunks of tokens: logprobs of the taken tokens and
+the entropy there, without ever holding the (tokens, vocabulary) logits.
+
+At 8 sequences x 14k tokens x a 152k vocabulary one fp32 logits tensor is ~70 GB, and autograd
+would keep several (logits, log-softmax, its exponential). Here the forward computes, per chunk of
+`chunk` tokens, the logits, their log-sum-exp, the taken token's logprob and the entropy, and
+keeps only the hidden states and one log-sum-exp per token; the backward recomputes each chunk's
+logits and applies the softmax gradient: d logprob / d logits = onehot(target) - softmax. The
+values are those of the full computation (same operations, same dtypes, per row); only the
+weight gradient is summed chunk by chunk (in fp32). The entropy is a statistic: no gradient.
+No model and no loss here.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+Tensor = torch.Tensor
+
+
+def _logits(h: Tensor, weight: Tensor, bias: Tensor | None, temperature: float) -> Tensor:
+    """fp32 logits at the sampling temperature (h and weight already in the compute dtype)."""
+    return F.linear(h, weight, bias).float().div_(temperature)
+
+
+class _ChunkedHead(torch.autograd.Function):
+    """(N, H) hidden states -> (N,) logprobs of `targets` and (N,) entropies, chunk by chunk."""
+
+    @staticmethod
+    def forward(ctx, h, weight, bias, targets, temperature, chunk):
+        n = h.shape[0]
+        logprobs = torch.empty(n, dtype=torch.float32, device=h.device)
+        entropy = torch.empty(n, dtype=torch.float32, device=h.device)
+        lse = torch.empty(n, dtype=torch.float32, device=h.device)
+        with torch.autocast(device_type=h.device.type, enabled=False):
+            for s in range(0, n, chunk):
+                z = _logits(h[s:s + chunk], weight, bias, temperature)
+                norm = z.logsumexp(-1)
+                lse[s:s + chunk] = norm
+                logprobs[s:s + chunk] = z.gather(-1, targets[s:s + chunk, None]).squeeze(-1) - norm
+                z -= norm[:, None]  # log-softmax, in place
+                entropy[s:s + chunk] = -(z.exp().mul_(z)).sum(-1)
+        ctx.save_for_backward(h, weight, bias, targets, lse)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.mark_non_differentiable(entropy)
+        return logprobs, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logprobs, _grad_entropy):
+        h, weight, bias, targets, lse = ctx.saved_tensors
+        chunk, temperature = ctx.chunk, ctx.temperature
+        grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        grad_b = None if bias is None else torch.zeros(bias.shape, dtype=torch.float32,
+                                                       device=bias.device)
+        with torch.autocast(device_type=h.device.type, enabled=False):
+            for s in range(0, h.shape[0], chunk):
+                hc, g = h[s:s + chunk], grad_logprobs[s:s + chunk].float()[:, None]
+                z = _logits(hc, weight, bias, temperature)
+                probs = z.sub_(lse[s:s + chunk, None]).exp_()  # softmax, in place
+                dz = probs.mul_(-g).scatter_add_(-1, targets[s:s + chunk, None], g)
+                dz = dz.div_(temperature).to(h.dtype)
+                if grad_h is not None:
+                    grad_h[s:s + chunk] = dz @ weight
+                if dz.dtype == grad_w.dtype:
+                    grad_w.addmm_(dz.t(), hc)
+                else:
+                    grad_w += (dz.t() @ hc).float()
+                if grad_b is not None:
+                    grad_b += dz.float().sum(0)
+        grad_w = grad_w.to(weight.dtype)
+        grad_b = None if grad_b is None else grad_b.to(bias.dtype)
+        return grad_h, grad_w, grad_b, None, None, None
+
+
+def head_token_stats(h: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, *,
+                     temperature: float = 1.0, fp32: bool = True,
+                     chunk: int = 1024) -> tuple[Tensor, Tensor]:
+    """Logprobs of `targets` and entropies under the head (`weight`, `bias`) at `temperature`,
+    for hidden states `h` of shape (..., H); both outputs have shape `h.shape[:-1]`, in fp32.
+
+    `fp32`: the head runs in FP32 whatever the model's dtype (inputs, weight and bias are upcast
+    once, outside the chunk loop); otherwise in the hidden states' dtype. `chunk`: tokens per
+    chunk (the logits held at once are chunk x vocabulary fp32 values).
+    """
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1 token, got {chunk}")
+    dtype = torch.float32 if fp32 else h.dtype
+    shape = h.shape[:-1]
+    flat = h.reshape(-1, h.shape[-1]).to(dtype)
+    w = weight.to(dtype)
+    b = None if bias is None else bias.to(dtype)
+    logprobs, entropy = _ChunkedHead.apply(flat, w, b, targets.reshape(-1), temperature, chunk)
+    return logprobs.reshape(shape), entropy.reshape(shape)

@@ -1,0 +1,99 @@
+"""FSDP2 for the policy (`policy.sharding: fsdp2`): the same code on CPU (gloo) and GPU (NCCL).
+
+`shard_policy` calls torch's `fully_shard` on each decoder layer (the model's `_no_split_modules`)
+and then on the `PolicyModule`, whose `forward` is the one the trainer calls, so the embeddings,
+final norm and LM head are gathered once per forward and the layers one at a time. On GPU the
+layers compute in bf16 (parameters all-gathered in bf16, gradients reduced in fp32); the root
+keeps its parameters' dtype, so the FP32 LM head stays FP32. `gather_weights` gives rank 0 the
+full weights (CPU copies) for publishing and for the Hugging Face checkpoint;
+`state_bytes_per_param` and `memory_line` state what the trainer holds per parameter.
+
+Accelerate is not used for sharding: 1.15 enables its FSDP plugin only on GPU-like devices (with
+`cpu=True` the same config silently runs plain data parallel), so it could not be tested on CPU.
+No optimiser step and no checkpoint files here (trainer/checkpoint.py saves the sharded optimizer).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from scalerl.trainer.policy import hf_model, named_weights
+
+Tensor = torch.Tensor
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The Hugging Face model's decoder layers: modules of the classes in `_no_split_modules`."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise TypeError(f"{type(model).__name__}: no decoder layers to shard (no modules of "
+                        f"_no_split_modules={sorted(names)})")
+    return layers
+
+
+def ensure_process_group(device: torch.device) -> None:
+    """A one-process group when none exists (FSDP2 needs one even for a single rank)."""
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+
+
+def shard_policy(policy: nn.Module, device: torch.device, *, bf16: bool,
+                 fp32_head: bool) -> nn.Module:
+    """Shard `policy` (a PolicyModule) in place over every rank of the default process group.
+
+    `bf16`: the decoder layers compute in bf16 (and the root too unless `fp32_head`); the
+    sharded master weights, gradients and optimizer state stay in the parameters' dtype.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    ensure_process_group(device)
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    low = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    layer_policy = low if bf16 else MixedPrecisionPolicy()
+    for layer in decoder_layers(hf_model(policy)):
+        fully_shard(layer, mesh=mesh, mp_policy=layer_policy)
+    fully_shard(policy, mesh=mesh, mp_policy=low if bf16 and not fp32_head
+                else MixedPrecisionPolicy())
+    return policy
+
+
+def is_sharded(module: nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(module, FSDPModule)
+
+
+def gather_weights(policy: nn.Module) -> dict[str, Tensor] | None:
+    """Every rank calls this together: the full weights as CPU copies on rank 0 (None on the
+    others), gathered one tensor at a time, named as in the checkpoint files."""
+    main = dist.get_rank() == 0
+    full = {}
+    for name, tensor in named_weights(policy):
+        if main:
+            full[name] = tensor.to("cpu", copy=True)
+    return full if main else None
+
+
+def state_bytes_per_param(dtype: torch.dtype) -> int:
+    """Bytes each parameter holds between steps: weight, gradient and AdamW's two moments, all in
+    the weights' dtype (fp32: 16; bf16: 8). Activations and bf16 compute copies come on top."""
+    return 4 * dtype.itemsize
+
+
+def memory_line(policy: nn.Module, world: int, sharded: bool) -> str:
+    """One line stating the precision of the trainer's state and its bytes per parameter."""
+    params = list(hf_model(policy).parameters())
+    count = sum(p.numel() for p in {id(p): p for p in params}.values())
+    dtype = params[0].dtype
+    per = state_bytes_per_param(dtype)
+    total = per * count / 2**30
+    name = str(dtype).removeprefix("torch.")
+    where = (f"{total / world:.2f} GiB per rank (sharded over {world})" if sharded and world > 1
+             else f"{total:.2f} GiB per rank")
+    return (f"trainer state: {name} weights, gradients and AdamW moments = {per} B/param x "
+            f"{count / 1e9:.3f}B params = {total:.2f} GiB, {where}")
