@@ -1,5 +1,6 @@
 """One optimizer step: zero advantage gives zero gradient; micro-batching equals one big batch."""
 
+import contextlib
 import dataclasses
 
 import pytest
@@ -92,3 +93,50 @@ def test_a_step_raises_logprobs_of_correct_and_lowers_wrong_completions():
     delta = ((after - lp) * batch.mask).sum(-1)  # (B,) change of each completion's logprob
     adv = batch.advantages.squeeze(-1)
     assert (delta[adv > 0] > 0).all() and (delta[adv < 0] < 0).all(), (delta, adv)
+
+
+def _prepared(model, chunk_tokens=1024, optimizer=torch.optim.AdamW):
+    accelerator = Accelerator(cpu=True)
+    module = PolicyModule(model, chunk_tokens=chunk_tokens)
+    opt = optimizer(module.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    module, opt = accelerator.prepare(module, opt)
+    return accelerator, module, opt, sched
+
+
+def test_every_tensor_of_a_step_is_placed_explicitly_so_a_meta_default_device_changes_nothing():
+    # With torch's default device set to `meta`, any tensor made without an explicit device (a
+    # CPU tensor meeting CUDA ones on a GPU) lands on meta and fails or poisons the step. The
+    # optimizer's own state is made by a first step outside (AdamW keeps its step count on CPU).
+    batch = batch_of(fake_groups(n_prompts=3, n=4), "prompt")
+    step_settings = dataclasses.replace(settings(micro=5), max_grad_norm=1.0)
+    runs = []
+    for meta in (False, True):
+        accelerator, model, opt, sched = _prepared(tiny_qwen2(seed=4), chunk_tokens=3)
+        train_step(accelerator, model, opt, sched, batch, step_settings)
+        with torch.device("meta") if meta else contextlib.nullcontext():
+            stats = train_step(accelerator, model, opt, sched, batch, step_settings)
+        runs.append((stats, torch.nn.utils.parameters_to_vector(model.parameters()).detach()))
+    (plain, w_plain), (meta, w_meta) = runs
+    assert w_meta.device.type == "cpu" and torch.equal(w_meta, w_plain)
+    assert meta == plain
+
+
+def test_gradient_checkpointing_and_head_chunks_leave_the_step_unchanged():
+    from scalerl.trainer.policy import enable_gradient_checkpointing
+
+    batch = batch_of(fake_groups(n_prompts=3, n=4), "prompt")
+    results = []
+    for checkpointing, chunk in ((False, 1024), (True, 1024), (False, 2), (True, 5)):
+        model = tiny_qwen2(seed=5)
+        if checkpointing:
+            enable_gradient_checkpointing(model)
+        accelerator, module, opt, sched = _prepared(model, chunk, torch.optim.SGD)
+        stats = train_step(accelerator, module, opt, sched, batch, settings(micro=6))
+        results.append((stats["loss"], stats["grad_norm"],
+                        torch.nn.utils.parameters_to_vector(module.parameters()).detach()))
+    loss, norm, weights = results[0]
+    for other_loss, other_norm, other_weights in results[1:]:
+        assert other_loss == pytest.approx(loss, rel=1e-6)
+        assert other_norm == pytest.approx(norm, rel=1e-5)
+        torch.testing.assert_close(other_weights, weights, rtol=1e-5, atol=1e-6)

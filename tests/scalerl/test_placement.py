@@ -1,0 +1,69 @@
+"""Which GPUs train and which generate on one node (the rule; no GPU needed to check it)."""
+
+import os
+
+import pytest
+
+from scalerl.placement import (
+    Placement,
+    PlacementError,
+    apply_to_trainer,
+    engine_env,
+    plan_placement,
+    visible_gpus,
+)
+
+EIGHT = [str(i) for i in range(8)]
+
+
+def test_default_engine_takes_the_gpus_after_the_trainer_ranks():
+    p = plan_placement(EIGHT, ranks=6, tp=2)
+    assert p == Placement(train=("0", "1", "2", "3", "4", "5"), generate=("6", "7"))
+    assert p.shared == () and p.held(world=6) == 8 and "shared" not in p.describe()
+
+
+def test_with_no_gpu_to_spare_the_engine_shares_the_first_and_says_so():
+    p = plan_placement(["0"], ranks=1, tp=1)  # one GPU: trainer and vLLM both on it
+    assert p == Placement(train=("0",), generate=("0",))
+    assert p.shared == ("0",) and p.held(world=1) == 1
+    assert "shared with trainer ranks" in p.describe()
+    assert plan_placement(EIGHT, ranks=8, tp=2).generate == ("0", "1")
+
+
+def test_named_engine_devices_are_taken_out_of_the_trainer_gpus():
+    p = plan_placement(EIGHT, ranks=6, tp=2, devices=(0, 1))
+    assert p.train == ("2", "3", "4", "5", "6", "7") and p.generate == ("0", "1")
+    # indices are into the launcher's visible list (CUDA_VISIBLE_DEVICES=4,5,6,7)
+    p = plan_placement(["4", "5", "6", "7"], ranks=3, tp=1, devices=(0,))
+    assert p.train == ("5", "6", "7") and p.generate == ("4",)
+    # multi-node: 16 ranks over 2 nodes, the engine's GPU counted once
+    assert plan_placement(EIGHT, ranks=7, tp=1).held(world=14) == 15
+
+
+@pytest.mark.parametrize(("ranks", "tp", "devices", "message"), [
+    (9, 1, None, "9 trainer processes on this node but 8 GPUs visible"),
+    (4, 9, None, "tensor_parallel_size = 9 but 8 GPUs visible"),
+    (4, 2, (7,), "need 2 distinct GPU indices in 0..7"),
+    (4, 1, (8,), "need 1 distinct GPU indices in 0..7"),
+    (4, 2, (3, 3), "need 2 distinct"),
+])
+def test_impossible_layouts_are_one_line_errors(ranks, tp, devices, message):
+    with pytest.raises(PlacementError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        plan_placement(EIGHT, ranks=ranks, tp=tp, devices=devices)
+
+
+def test_visible_gpus_follow_the_launcher():
+    assert visible_gpus(4, None) == ["0", "1", "2", "3"]
+    assert visible_gpus(2, "3, 5") == ["3", "5"]
+
+
+def test_trainer_and_engine_see_their_own_gpus(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    p = plan_placement(["0", "1", "2", "3"], ranks=3, tp=1, devices=(0,))
+    apply_to_trainer(p)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1,2,3"
+    with engine_env(p):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1,2,3"
+    with engine_env(None):  # CPU: nothing changes
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "1,2,3"
