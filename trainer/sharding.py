@@ -85,11 +85,15 @@ def state_bytes_per_param(dtype: torch.dtype) -> int:
     return 4 * dtype.itemsize
 
 
+def unique_params(model: nn.Module) -> int:
+    """Parameters of `model`, a tied tensor counted once (full sizes, also when sharded)."""
+    return sum(p.numel() for p in model.parameters())  # parameters() yields a tied tensor once
+
+
 def memory_line(policy: nn.Module, world: int, sharded: bool) -> str:
     """One line stating the precision of the trainer's state and its bytes per parameter."""
-    params = list(hf_model(policy).parameters())
-    count = sum(p.numel() for p in {id(p): p for p in params}.values())
-    dtype = params[0].dtype
+    count = unique_params(hf_model(policy))
+    dtype = next(hf_model(policy).parameters()).dtype
     per = state_bytes_per_param(dtype)
     total = per * count / 2**30
     name = str(dtype).removeprefix("torch.")

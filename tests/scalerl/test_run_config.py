@@ -150,3 +150,24 @@ def test_cpu_threads_must_be_positive_or_null():
         validate(cfg, check_tasks=False)
     assert validate(load_config("tiny-cpu", ["policy.cpu_threads=null"]),
                     check_tasks=False).policy.cpu_threads is None
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("policy.logit_chunk_tokens=0", "policy.logit_chunk_tokens = 0: must be >= 1"),
+    ("policy.collective_timeout_s=0", "policy.collective_timeout_s = 0.0: must be > 0"),
+])
+def test_trainer_scale_settings_are_checked(override, message):
+    with pytest.raises(ConfigError, match=f"^config: {message}$"):
+        validate(load_config("tiny-cpu", [override]), check_tasks=False)
+
+
+def test_sharding_and_engine_devices_are_settable():
+    with pytest.raises(ConfigError, match="policy.sharding = 'zero3': allowed: none, fsdp2"):
+        load_config("tiny-cpu", ["policy.sharding=zero3"])
+    cfg = load_config("tiny-cpu", ["policy.sharding=fsdp2", "engine.devices=[6, 7]",
+                                   "policy.gradient_checkpointing=true"])
+    assert cfg.policy.sharding == "fsdp2" and cfg.engine.devices == (6, 7)
+    assert cfg.policy.gradient_checkpointing is True
+    gpu = [load_config(name) for name in recipe_names() if name != "tiny-cpu"]
+    assert gpu and all(c.policy.sharding == "fsdp2" and c.policy.gradient_checkpointing
+                       for c in gpu)

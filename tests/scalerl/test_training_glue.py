@@ -1,0 +1,49 @@
+"""The training glue's launch rules and start-up facts: Accelerate's own sharding is refused, the
+shipped launch configs are plain multi-GPU ones, and the trainer state's bytes per parameter."""
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+from accelerate.utils import DistributedType
+
+from scalerl.coerce import ConfigError
+from scalerl.training import check_launch
+from scalerl.trainer.policy import PolicyModule
+from scalerl.trainer.sharding import memory_line, state_bytes_per_param, unique_params
+
+LAUNCH = Path(__file__).resolve().parents[2] / "scalerl" / "recipes" / "accelerate"
+
+
+@pytest.mark.parametrize("kind", [DistributedType.FSDP, DistributedType.DEEPSPEED])
+def test_accelerate_fsdp_or_deepspeed_launches_are_refused_in_one_line(kind):
+    # Accelerate enables these plugins only on GPUs, so the launch is stood in for here.
+    with pytest.raises(ConfigError) as err:
+        check_launch(SimpleNamespace(distributed_type=kind))
+    text = str(err.value)
+    assert "\n" not in text and "policy.sharding=fsdp2" in text and kind.value in text
+    check_launch(SimpleNamespace(distributed_type=DistributedType.MULTI_GPU))
+
+
+def test_shipped_launch_configs_are_plain_multi_gpu_launches():
+    configs = {p.name: yaml.safe_load(p.read_text()) for p in LAUNCH.glob("*.yaml")}
+    assert sorted(configs) == ["ddp.yaml", "fsdp.yaml"]
+    for cfg in configs.values():
+        assert cfg["distributed_type"] == "MULTI_GPU" and "fsdp_config" not in cfg
+
+
+def test_bytes_per_parameter_by_hand():
+    assert state_bytes_per_param(torch.float32) == 16  # weight 4 + grad 4 + two moments 8
+    assert state_bytes_per_param(torch.bfloat16) == 8
+    model = torch.nn.Sequential(torch.nn.Linear(1000, 1000))  # 1,001,000 parameters
+    line = memory_line(PolicyModule(model), world=4, sharded=True)
+    assert "float32 weights, gradients and AdamW moments = 16 B/param x 0.001B params" in line
+    assert "= 0.01 GiB" in line and "sharded over 4" in line
+    tied = torch.nn.Embedding(10, 4)
+    model = torch.nn.ModuleDict({"embed": tied, "head": torch.nn.Linear(4, 10, bias=False)})
+    model["head"].weight = tied.weight  # a tied head is counted once: 40 parameters
+    assert unique_params(model) == 40
+    assert "bfloat16 weights, gradients and AdamW moments = 8 B/param" in memory_line(
+        PolicyModule(model.to(torch.bfloat16)), 1, False)
