@@ -10,9 +10,9 @@ import yaml
 from accelerate.utils import DistributedType
 
 from scalerl.coerce import ConfigError
-from scalerl.training import check_launch
 from scalerl.trainer.policy import PolicyModule
 from scalerl.trainer.sharding import memory_line, state_bytes_per_param, unique_params
+from scalerl.training import check_launch
 
 LAUNCH = Path(__file__).resolve().parents[2] / "scalerl" / "recipes" / "accelerate"
 

@@ -1,5 +1,6 @@
 """Worker for test_fsdp.py, run under torchrun: AdamW steps on fixed global batches, with the
-policy sharded by FSDP2 (`--shard`) or whole, optionally checkpointing or resuming.
+policy sharded by FSDP2 with gradient checkpointing (`--shard`) or whole, optionally
+checkpointing or resuming.
 
 Every rank builds the same tiny random Qwen2 (tied or untied LM head) and the same batches;
 `train_step` shards the rows over ranks. Rank 0 writes the losses and the gathered weights of
@@ -26,7 +27,12 @@ from scalerl.trainer.checkpoint import (  # noqa: E402
     save_sharded_optimizer,
 )
 from scalerl.trainer.losses import loss_kwargs  # noqa: E402
-from scalerl.trainer.policy import PolicyModule, hf_model, named_weights  # noqa: E402
+from scalerl.trainer.policy import (  # noqa: E402
+    PolicyModule,
+    enable_gradient_checkpointing,
+    hf_model,
+    named_weights,
+)
 from scalerl.trainer.sharding import gather_weights, is_sharded, shard_policy  # noqa: E402
 from scalerl.trainer.step import StepSettings, train_step  # noqa: E402
 from scalerl.trainer.waiting import init_waiting, wait_for_rank0  # noqa: E402
@@ -41,7 +47,8 @@ def build(tied: bool, shard: bool, accelerator, ckpt: Path | None):
 
         model = AutoModelForCausalLM.from_pretrained(ckpt)
     policy = PolicyModule(model, chunk_tokens=5)
-    if shard:
+    if shard:  # sharded runs also recompute activations: neither may change the step
+        enable_gradient_checkpointing(model)
         shard_policy(policy, accelerator.device, bf16=False, fp32_head=True)
     opt = torch.optim.AdamW(policy.parameters(), lr=3e-3, weight_decay=0.01)
     if not shard:

@@ -1,9 +1,11 @@
 """FSDP2 (`policy.sharding: fsdp2`) on 2 gloo processes under torchrun, against 1 process.
 
 The same AdamW steps (gradient clipping binding, micro-batches of 2) on the same global batches
-give the same losses and weights sharded over 2 ranks as whole in 1 process; the gathered full
+give the same losses and weights sharded over 2 ranks (with gradient checkpointing) as whole in 1
+process, and sharded in 1 process (a one-rank group); the gathered full
 weights make a checkpoint transformers loads; the optimizer state saved per rank resumes exactly.
-Each model is run twice in one launch: with a tied and with an untied LM head.
+Each model is run twice in one launch: with a tied and with an untied LM head. Slow: four
+torchrun launches of ~15 s each (imports dominate).
 """
 
 import os
@@ -13,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+pytestmark = pytest.mark.slow
 
 WORKER = Path(__file__).parent / "fsdp_worker.py"
 PORTS = iter(range(29620, 29700))
@@ -32,17 +36,20 @@ def launch(nproc: int, out: Path, *args: str) -> dict:
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp")
     whole = launch(1, tmp / "whole.pt")
+    single = launch(1, tmp / "single.pt", "--shard")
     sharded = launch(2, tmp / "sharded.pt", "--shard", "--save-at", "2", "--run-dir",
                      str(tmp / "run"))
     resumed = launch(2, tmp / "resumed.pt", "--shard", "--save-at", "2", "--run-dir",
                      str(tmp / "run"), "--resume")
-    return {"whole": whole, "sharded": sharded, "resumed": resumed, "dir": tmp / "run"}
+    return {"whole": whole, "single": single, "sharded": sharded, "resumed": resumed,
+            "dir": tmp / "run"}
 
 
+@pytest.mark.parametrize("sharded_run", ["sharded", "single"])
 @pytest.mark.parametrize("head", ["tied", "untied"])
-def test_two_sharded_ranks_take_the_steps_of_one_whole_process(runs, head):
-    whole, sharded = runs["whole"], runs["sharded"]
-    assert (whole["world"], sharded["world"]) == (1, 2)
+def test_sharded_ranks_take_the_steps_of_one_whole_process(runs, head, sharded_run):
+    whole, sharded = runs["whole"], runs[sharded_run]
+    assert (whole["world"], sharded["world"]) == (1, 2 if sharded_run == "sharded" else 1)
     a, b = whole[head], sharded[head]
     assert len(a["losses"]) == 3 and all(n > 0.5 for n in a["grad_norms"]), a["grad_norms"]
     torch.testing.assert_close(torch.tensor(b["losses"]), torch.tensor(a["losses"]),
