@@ -55,9 +55,22 @@ def visible_gpus(count: int, env: str | None) -> list[str]:
 
 
 def plan_placement(visible: Sequence[str], ranks: int, tp: int,
-                   devices: Sequence[int] | None = None) -> Placement:
+                   devices: Sequence[int] | None = None, *, exclusive: bool = False) -> Placement:
     """Trainer and engine GPUs for `ranks` trainer processes on a node and an engine spanning
-    `tp` GPUs; `devices`: the engine's GPUs as indices into `visible` (None: the default rule)."""
+    `tp` GPUs; `devices`: the engine's GPUs as indices into `visible` (None: the default rule).
+    `exclusive`: the engine may share no GPU with a trainer rank (NCCL weight transfer)."""
+    placement = _plan(visible, ranks, tp, devices)
+    if exclusive and placement.shared:
+        raise PlacementError(
+            f"engine.weight_transfer = nccl needs the engine on GPUs of its own, but GPU "
+            f"{','.join(placement.shared)} would be shared with trainer ranks ({len(visible)} "
+            f"visible, {ranks} trainer ranks, tensor_parallel_size {tp}): launch fewer ranks "
+            "per node or use engine.weight_transfer = files")
+    return placement
+
+
+def _plan(visible: Sequence[str], ranks: int, tp: int,
+          devices: Sequence[int] | None) -> Placement:
     n = len(visible)
     if ranks > n:
         raise PlacementError(f"{ranks} trainer processes on this node but {n} GPUs visible: "

@@ -68,7 +68,8 @@ def place_gpus(cfg: RunConfig) -> Placement | None:
                                                         os.environ.get("CUDA_VISIBLE_DEVICES")))
     ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     placement = plan_placement(os.environ[LAUNCH_GPUS].split(","), ranks,
-                               cfg.engine.tensor_parallel_size, cfg.engine.devices)
+                               cfg.engine.tensor_parallel_size, cfg.engine.devices,
+                               exclusive=cfg.engine.weight_transfer == "nccl")
     apply_to_trainer(placement)
     return placement
 

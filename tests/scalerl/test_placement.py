@@ -52,6 +52,12 @@ def test_impossible_layouts_are_one_line_errors(ranks, tp, devices, message):
         plan_placement(EIGHT, ranks=ranks, tp=tp, devices=devices)
 
 
+def test_nccl_weight_transfer_refuses_an_engine_sharing_a_trainer_gpu():
+    with pytest.raises(PlacementError, match="needs the engine on GPUs of its own, but GPU 0 "):
+        plan_placement(["0"], ranks=1, tp=1, exclusive=True)
+    assert plan_placement(EIGHT, ranks=7, tp=1, exclusive=True).generate == ("7",)
+
+
 def test_visible_gpus_follow_the_launcher():
     assert visible_gpus(4, None) == ["0", "1", "2", "3"]
     assert visible_gpus(2, "3, 5") == ["3", "5"]
