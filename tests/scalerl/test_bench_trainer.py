@@ -18,6 +18,7 @@ from bench_cli import bench_json
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_chunked_head_peaks_at_most_half_the_full_logits_on_the_same_step():
     # completions of 1,024 tokens x 2 rows x a 16,384 vocabulary: 128 MiB per fp32 logits tensor
     out = bench_json("trainer", "--batch", "2", "--seq", "1152", "--vocab", "16384",
