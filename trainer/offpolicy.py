@@ -338,10 +338,10 @@ def validate_heldout(run: Run) -> dict[str, float]:
     v = run.cfg.val
     if v.every == 0 or run.source is None:
         return {}
+    run.source.ensure_synced()
     temperature = v.temperature if v.temperature is not None else run.cfg.policy.temperature
     metrics: dict[str, float] = {}
     t = time.perf_counter()
-    run.source.ensure_synced()
     with run.clock.apart():  # the compute axis is training compute (validation kept apart)
         for name, spec in run.tasks.items():
             report = evaluate(run.generator, [spec.task], n=v.n, budget=spec.budget,
