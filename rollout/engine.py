@@ -26,6 +26,7 @@ from pathlib import Path
 
 from scalerl.rollout.engine_config import EngineConfig, process_tree_rss_mb
 from scalerl.rollout.generator import BaseGenerator, Sampled
+from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.weight_files import write_weights
 from scalerl.rollout.weights import (
     WeightsUnknownError,
@@ -55,7 +56,7 @@ class Generator(BaseGenerator):
         self._user_paused = False
         self._weights_root = Path(self.config.weights_dir or tempfile.gettempdir()) / (
             f"scalerl-weights-{os.getpid()}-{id(self):x}")
-        self._loaded_dir = Path(self.model_path)
+        self._loaded_dir = model_dir(self.model_path)
         """The files of the weights now loaded (the model itself until the first update)."""
         self._llm = self._call(self._start(), start_timeout_s, "starting the vLLM engine")
         freeze_heap()
