@@ -5,9 +5,27 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint bench clean
+.PHONY: install sysdeps demo test lint bench clean
 
-install: $(STAMP)
+install: sysdeps $(STAMP)
+
+# The system package the default code sandbox needs: bubblewrap. Installed with apt-get when
+# running as root; otherwise make stops with the exact command to run. Docker stays optional
+# (`scalerl doctor` says what it would add).
+sysdeps:
+	@if command -v bwrap >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "make: bubblewrap (bwrap) is missing; the default code sandbox needs it. Run:" >&2; \
+	  echo "  sudo apt-get install -y bubblewrap   (Debian/Ubuntu; Fedora: sudo dnf install bubblewrap)" >&2; \
+	  echo "then run make again." >&2; \
+	  exit 2; \
+	fi; \
+	echo "make: installing bubblewrap (the default code sandbox) with apt-get"; \
+	DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap || exit 2; \
+	if ! command -v bwrap >/dev/null 2>&1; then \
+	  echo "make: apt-get installed bubblewrap but bwrap is not on PATH ($$PATH)" >&2; exit 2; \
+	fi
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)

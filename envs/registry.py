@@ -1,8 +1,9 @@
 """The registries: task names, task-name prefixes and task kinds, and raw lookups into them.
 
 A kind (`math`, `code`, or a user's) knows how to score a sample of its kind, which gold field it
-needs, how to read that gold from a data file's row and which system prompt it uses, so a data
-file plus field names is enough to make a task. Lookups here are raw: they see only what has been
+needs, how to read that gold from a data file's row, which system prompt it uses and what its
+verifier needs from the machine (`preflight`), so a data file plus field names is enough to make a
+task. Lookups here are raw: they see only what has been
 registered so far and fail with one line listing the known names. Loading built-ins, plugins and
 task files is envs/catalog.py's job; this module loads nothing, scores nothing, reads no data.
 """
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
 
 GoldReader = Callable[[Any, str], Any]
 """reader(raw value, column name) -> gold value; raises ValueError saying what is wrong."""
+Preflight = Callable[[Mapping[str, Any]], "str | None"]
+"""preflight(verifier options) -> None when the verifier can work on this machine, else one line
+saying what is missing and how to fix it. Cheap: it may probe (a daemon, a binary), never score."""
 
 
 class UnknownTaskError(KeyError):
@@ -44,6 +48,10 @@ class Kind:
     """Data-file columns tried, in order, for the gold (empty: the column named `gold_field`)."""
     read_gold: GoldReader | None = None
     """Converts a row's raw gold value (e.g. a MATH solution -> its boxed answer); None: as is."""
+    preflight: Preflight | None = None
+    """What the verifier needs from this machine (e.g. code: a working sandbox backend); None:
+    nothing beyond the Python packages. Train, eval and generate run it before any engine
+    starts."""
 
 
 TaskFactory = Callable[[], "Task"]

@@ -4,7 +4,9 @@ A task writes how it builds its splits (`build(split)`, or `build_splits()` when
 made together) and, if its kind's verifier is not enough, how it judges a completion (`judge`).
 The base class gives the rest once for all: `samples(split)` builds once, thread-safely, and
 caches; `score(sample, completion)` never raises, turning a judge's exception or a non-Score into
-an `error` verdict. It reads no data itself and registers nothing (envs/registry.py does).
+an `error` verdict; `preflight()` says whether the verifier can work on this machine (the kind's
+check unless the task has needs of its own). It reads no data itself and registers nothing
+(envs/registry.py does).
 """
 
 from __future__ import annotations
@@ -69,6 +71,13 @@ class Task:
 
     def verifier_options(self) -> dict[str, Any]:
         return {"requires_thinking": self.requires_thinking, **self.options}
+
+    def preflight(self) -> str | None:
+        """None when this task's verifier can work on this machine, else one line saying what is
+        missing and the fix. Default: the kind's `preflight` with `verifier_options()`; a task
+        whose `judge` needs more (a binary, a service, a data directory) overrides this."""
+        check = lookup_kind(self.kind).preflight
+        return None if check is None else check(self.verifier_options())
 
     # --- final: what every task gets -------------------------------------------------------------
     def samples(self, split: str) -> tuple[Sample, ...]:

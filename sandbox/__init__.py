@@ -2,10 +2,12 @@
 
 `get_backend()` gives the shared instance of a backend: the configured one (`configure`), else
 `bwrap` (warm bubblewrap workers) where it works, else docker; `bwrap-cold` (a fresh sandbox per
-run, slower) and `process` (no boundary) only when named. Backends keep warm state, so one
-instance per name is shared per process (`close_all()` releases them). Not here: the backends
-themselves (one module each: bwrap_warm, bwrap_cold, docker, process), the shapes (`Limits`,
-`ExecResult` in base.py), the programs that run inside the sandbox (inside/).
+run, slower) and `process` (no boundary) only when named. `backend_problem()` says, in one line
+with the fix, why the backend a run would get cannot work here (the preflight of code tasks).
+Backends keep warm state, so one instance per name is shared per process (`close_all()` releases
+them). Not here: the backends themselves (one module each: bwrap_warm, bwrap_cold, docker,
+process), the shapes (`Limits`, `ExecResult` in base.py), the programs that run inside the
+sandbox (inside/).
 """
 
 from __future__ import annotations
@@ -32,6 +34,12 @@ else:
 DEFAULT_ORDER = ("bwrap", "docker")
 """Backends `get_backend(None)` may choose when none is configured, best first. `process` is
 never chosen implicitly."""
+_BWRAP_FIX = ("install bubblewrap (as root: apt-get install -y bubblewrap; `make install` does "
+              "it) and run as root or in a delegated cgroup")
+FIXES = {"bwrap": _BWRAP_FIX, "bwrap-cold": _BWRAP_FIX,
+         "docker": "start the docker daemon (dockerd), then build the image: scalerl sandbox image",
+         "process": "python3 must be at /usr/bin/python3"}
+"""backend -> what to do when it is not available here."""
 
 _config = SandboxConfig()
 _shared: dict[str, tuple[Backend, int | None]] = {}
@@ -41,8 +49,8 @@ _owner_pid = os.getpid()
 _lock = threading.Lock()
 
 __all__ = ["Backend", "ExecResult", "Job", "Limits", "SandboxConfig", "SandboxPool",
-           "available_backends", "close_all", "configure", "current_config", "get_backend",
-           "register_backend"]
+           "available_backends", "backend_problem", "close_all", "configure", "current_config",
+           "get_backend", "register_backend"]
 
 
 def configure(config: SandboxConfig) -> None:
@@ -74,6 +82,28 @@ def available_backends() -> dict[str, tuple[bool, str]]:
     if "docker" not in out:
         out["docker"] = (False, f"docker backend not importable: {_DOCKER_IMPORT_ERROR}")
     return out
+
+
+def backend_problem(name: str | None = None) -> str | None:
+    """None when backend `name` (None: the configured one, else the default choice) works here;
+    else one line naming the backend, why it does not work, and the fix. Starts no workers."""
+    name = name or _config.backend
+    if name is None:
+        try:
+            _default_name()
+        except RuntimeError as exc:
+            return (f"{exc}; fix: {FIXES['bwrap']}, or {FIXES['docker']}")
+        return None
+    if name not in BACKENDS:
+        return f"unknown sandbox backend {name!r}; known: {', '.join(sorted(BACKENDS))}"
+    ok, why = BACKENDS[name].available()
+    if ok:
+        return None
+    others = [n for n in DEFAULT_ORDER
+              if n != name and n in BACKENDS and BACKENDS[n].available()[0]]
+    alternative = f", or use a backend that works here ({', '.join(others)})" if others else ""
+    return (f"sandbox backend {name!r} is not available: {why}; fix: "
+            f"{FIXES.get(name, 'see scalerl sandbox backends')}{alternative}")
 
 
 def get_backend(name: str | None = None) -> Backend:

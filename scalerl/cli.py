@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, str] = {
     "eval": "evaluate checkpoints on held-out sets (pass@k, mean@n)",
     "fit": "fit the sigmoid compute-performance curve",
     "bench": "benchmarks of the hot paths, each beside a baseline",
+    "doctor": "check this machine: sandboxes, docker, vLLM engine, memory, GPUs, HF cache",
 }
 """name -> the one-line summary `scalerl --help` shows (the module's HELP describes it fully)."""
 

@@ -2,10 +2,11 @@
 
 `load_config(path, overrides)` reads a YAML recipe (a name under scalerl/recipes or a file),
 applies `a.b=c` overrides and builds the frozen `RunConfig` (scalerl/coerce.py does the generic
-coercion; unknown keys are errors naming the valid ones). `validate(cfg)` runs once at start-up
-and reports each bad value as one line naming the field and what is allowed; it holds every
-cross-field rule. No training or generation here, and no engine import (the engine's dataclass
-comes from rollout/engine_config.py, which imports neither torch nor vLLM).
+coercion; unknown keys are errors naming the valid ones). `resume_config(data, overrides)` rebuilds
+a run's own config for `--resume`, where only the `RESUMABLE` settings may change. `validate(cfg)`
+runs once at start-up and reports each bad value as one line naming the field and what is allowed;
+it holds every cross-field rule. No training or generation here, and no engine import (the
+engine's dataclass comes from rollout/engine_config.py, which imports neither torch nor vLLM).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from scalerl.sandbox.config import SandboxConfig
 from scalerl.trainer.config import TrainerConfig
 
 __all__ = ["ConfigError", "RunConfig", "TaskMix", "build", "load_config", "recipe_names",
-           "to_dict", "validate"]
+           "resume_config", "to_dict", "validate"]
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
 DEFAULT_RECIPE = "tiny-cpu"
@@ -104,6 +105,41 @@ def load_config(name_or_path: str | None = None, overrides: list[str] = ()) -> R
     return config_from_data(read_recipe(name_or_path), overrides)
 
 
+RESUMABLE: tuple[str, ...] = ("steps", "val", "checkpoint", "log", "sandbox",
+                              "filters.max_error_frac", "filters.error_patience")
+"""Settings (and sections) a `--set` may change when a run is resumed: how long it runs, what is
+validated, logged and kept, where code is checked, when verifier errors stop it. Anything else
+would change what the run trains on mid-run, so `resume_config` refuses it."""
+
+
+def resumable(key: str) -> bool:
+    key = key.strip()
+    return any(key == r or key.startswith(f"{r}.") for r in RESUMABLE)
+
+
+def resume_config(data: dict[str, Any], overrides: list[str] = ()
+                  ) -> tuple[RunConfig, dict[str, tuple[Any, Any]]]:
+    """A run's own config (`data`: its config.yaml) with `overrides`, and what they changed
+    ({key: (old, new)}); ConfigError (one line) when an override is not `RESUMABLE`."""
+    refused = [a.split("=", 1)[0].strip() for a in overrides if not resumable(a.split("=", 1)[0])]
+    if refused:
+        raise ConfigError(f"--set {', '.join(refused)}: cannot change when a run is resumed (it "
+                          f"would change what the run trains on); may change: "
+                          f"{', '.join(RESUMABLE)}")
+    before, after = config_from_data(data), config_from_data(data, overrides)
+    return after, changed_fields(to_dict(before), to_dict(after))
+
+
+def changed_fields(old: Any, new: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """{dotted key: (old, new)} for every leaf that differs between two config mappings."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: dict[str, tuple[Any, Any]] = {}
+        for key in dict.fromkeys([*old, *new]):
+            out |= changed_fields(old.get(key), new.get(key), f"{prefix}{key}.")
+        return out
+    return {} if old == new else {prefix.rstrip("."): (old, new)}
+
+
 # ---------------------------------------------------------------------------------------------
 # Start-up validation: every value and cross-field rule, each problem one line.
 
@@ -142,6 +178,10 @@ def _checks(cfg: RunConfig) -> list[tuple[bool, str]]:
          "advantages.correct_reward must be greater than advantages.wrong_reward"),
         (0 < cfg.filters.retire_threshold <= 1,
          f"filters.retire_threshold = {cfg.filters.retire_threshold}: must be in (0, 1]"),
+        (0 <= cfg.filters.max_error_frac <= 1,
+         f"filters.max_error_frac = {cfg.filters.max_error_frac}: must be in [0, 1]"),
+        (cfg.filters.error_patience >= 1,
+         f"filters.error_patience = {cfg.filters.error_patience}: must be >= 1"),
         (val.every >= 0, f"val.every = {val.every}: must be >= 0 (0 disables validation)"),
         (val.n >= 1, f"val.n = {val.n}: must be >= 1"),
         (all(1 <= k <= val.n for k in val.ks), f"val.ks = {val.ks}: each in [1, val.n={val.n}]"),

@@ -1,11 +1,13 @@
 """Glue for one training run: placement, the accelerator, the policy, the generator and the
 tasks, then `trainer.offpolicy.train`.
 
-`run_training(cfg, run_dir, model_path, ckpt)` is what `scalerl train`, `scalerl bench train` and
-the tests call: it applies the run's sandbox settings, decides which GPUs train and which generate
-(scalerl/placement.py), builds Accelerate (its collective timeout from the config), the policy
-(gradient checkpointing, chunked LM head, FSDP2 sharding when asked: trainer/sharding.py), starts
-the vLLM Generator on rank 0 with the policy's LM-head precision while the other ranks wait
+`preflight(cfg)` applies the run's sandbox settings and checks that every task's verifier can work
+here, before any model or engine is touched. `run_training(cfg, run_dir, model_path, ckpt)` is
+what `scalerl train`, `scalerl bench train` and the tests call: it applies the sandbox settings,
+decides which GPUs train and which generate (scalerl/placement.py), builds Accelerate (its
+collective timeout from the config), the policy (gradient checkpointing, chunked LM head, FSDP2
+sharding when asked: trainer/sharding.py), starts the vLLM Generator on rank 0 with the policy's
+LM-head precision (its own output into `engine_log` when given) while the other ranks wait
 outside the collective timeout (trainer/waiting.py), resolves the task mixture and trains. No
 argument parsing, no printing of results (scalerl/commands/train.py does that); rank 0 prints the
 start-up facts (placement, the trainer state's bytes per parameter) to stderr.
@@ -105,13 +107,36 @@ def apply_sandbox(cfg: RunConfig) -> None:
     configure_pool(cfg.sandbox.verify_workers)
 
 
-def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | None = None):
+def preflight(cfg: RunConfig) -> None:
+    """Apply the run's sandbox settings, then raise PreflightError (one line per task) when a
+    task's verifier cannot work on this machine."""
+    from scalerl.envs.catalog import get_task
+    from scalerl.preflight import check_tasks
+
+    apply_sandbox(cfg)
+    check_tasks(get_task(t.name) for t in cfg.tasks)
+
+
+def start_generator(cfg: RunConfig, model_path: str, engine_log: Path | None):
+    """The vLLM Generator of the run; with `engine_log`, everything the engine says goes there."""
+    from scalerl.rollout.engine import Generator
+
+    if engine_log is None:
+        return Generator(model_path, config=cfg.engine, fp32_head=cfg.policy.fp32_head)
+    from scalerl.engine_log import output_to, route_vllm_logging
+
+    route_vllm_logging(engine_log)
+    with output_to(engine_log):
+        return Generator(model_path, config=cfg.engine, fp32_head=cfg.policy.fp32_head)
+
+
+def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | None = None, *,
+                 engine_log: Path | None = None):
     """Build model, generator and tasks; train; return the Run (None on ranks other than 0)."""
     from transformers import AutoTokenizer
 
     from scalerl.envs.catalog import get_task
     from scalerl.placement import engine_env
-    from scalerl.rollout.engine import Generator
     from scalerl.rollout.weights import check_precision_match
     from scalerl.trainer.offpolicy import TrainTask, train
     from scalerl.trainer.publish import make_publisher
@@ -137,7 +162,7 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
         if placement is not None:
             print(placement.describe(), file=sys.stderr)
         with engine_env(placement):
-            generator = Generator(model_path, config=cfg.engine, fp32_head=cfg.policy.fp32_head)
+            generator = start_generator(cfg, model_path, engine_log)
         check_precision_match(generator.fp32_head, cfg.policy.fp32_head)
         publisher = make_publisher(cfg.engine.weight_transfer, generator)
     wait_for_rank0()  # the other ranks wait for the engine here, outside the collective timeout

@@ -1,6 +1,7 @@
 """From scored groups of rollouts to the padded tensors one optimizer step trains on.
 
-`prepare_groups` applies the truncation policy, zero-variance filtering and the prompt-retirement
+`prepare_groups` leaves out `error` verdicts (a group with fewer than 2 rollouts left is dropped),
+then applies the truncation policy, zero-variance filtering and the prompt-retirement
 bookkeeping; `collate` computes advantages and the aggregation weights over the WHOLE global batch
 and pads everything, so any split into micro-batches or ranks (`TrainBatch.select`) trains on
 exactly the same loss. No model and no optimiser here.
@@ -18,6 +19,7 @@ from scalerl.trainer.filters import (
     Group,
     PromptRetirement,
     apply_truncation,
+    drop_errors,
     is_zero_variance,
     pass_rate,
 )
@@ -72,6 +74,15 @@ class GroupReport:
     truncated_dropped: int
     zero_variance_rollouts: int = 0
     """Rollouts in the dropped zero-variance groups (for advantages.std_scope = all)."""
+    rollouts_in: int = 0
+    error_excluded: int = 0
+    """Rollouts left out because their verdict was `error` (never trained on)."""
+    error_groups_dropped: int = 0
+    """Groups dropped because fewer than 2 rollouts were left once errors were left out."""
+
+    @property
+    def error_excluded_frac(self) -> float:
+        return self.error_excluded / max(self.rollouts_in, 1)
 
 
 def map_rewards(group: Group, correct: float, wrong: float) -> list[float]:
@@ -81,11 +92,18 @@ def map_rewards(group: Group, correct: float, wrong: float) -> list[float]:
 def prepare_groups(groups: list[Group], *, truncation: str, correct_reward: float,
                    wrong_reward: float, zero_variance_filter: bool,
                    retirement: PromptRetirement) -> tuple[list[Group], GroupReport]:
-    """Truncation policy, then NPR bookkeeping, then zero-variance filtering (no refilling)."""
+    """Errors out, then the truncation policy, NPR bookkeeping and zero-variance filtering (no
+    refilling). A group's baseline and the batch std come from its non-error rollouts only."""
     kept, zero_var, retired, dropped, zero_rows = [], 0, 0, 0, 0
+    errors, error_groups = 0, 0
     for group in groups:
-        trimmed = apply_truncation(group, truncation, wrong_reward)
-        dropped += len(group) - len(trimmed)
+        scored = drop_errors(group)
+        errors += len(group) - len(scored)
+        if len(scored) < min(2, len(group)):  # too few left to centre on
+            error_groups += 1
+            continue
+        trimmed = apply_truncation(scored, truncation, wrong_reward)
+        dropped += len(scored) - len(trimmed)
         if not trimmed:
             continue
         first = trimmed[0]
@@ -96,7 +114,10 @@ def prepare_groups(groups: list[Group], *, truncation: str, correct_reward: floa
             zero_rows += len(trimmed)
             continue
         kept.append(trimmed)
-    return kept, GroupReport(len(groups), zero_var, retired, dropped, zero_rows)
+    report = GroupReport(len(groups), zero_var, retired, dropped, zero_rows,
+                         rollouts_in=sum(len(g) for g in groups), error_excluded=errors,
+                         error_groups_dropped=error_groups)
+    return kept, report
 
 
 def _pad(rows: list[list[float]], value: float, dtype: torch.dtype) -> Tensor:

@@ -83,7 +83,8 @@ class AdvantageConfig:
     correct_reward: float = 1.0
     """Reward of a `correct` verdict (paper App. A.3: +1)."""
     wrong_reward: float = -1.0
-    """Reward of any other verdict (wrong, no_answer, timeout, error: -1)."""
+    """Reward of any other trained verdict (wrong, no_answer, timeout: -1). `error` verdicts
+    are never trained on (filters.max_error_frac)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,13 @@ class FilterConfig:
     truncation: Literal["drop", "wrong", "keep"] = "drop"
     """Truncated rollouts (no answer within the hard cap): `drop` them from the batch (the
     paper's "effective batch"), score them `wrong`, or `keep` the verifier's score."""
+    max_error_frac: float = 0.1
+    """Share of a step's rollouts with an `error` verdict (the verifier or the sandbox failed;
+    such rollouts are never trained on) above which a step counts as failing; after
+    `error_patience` failing steps in a row the run writes a checkpoint and stops, naming the
+    tasks and the commonest error. 1.0 never stops."""
+    error_patience: int = 3
+    """Failing steps in a row (see `max_error_frac`) before the run stops."""
 
 
 @dataclass(frozen=True)

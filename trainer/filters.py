@@ -1,15 +1,20 @@
-"""Batch filters: truncated-rollout policy, zero-variance filtering, No-Positive-Resampling.
+"""Batch filters: verifier errors, truncated-rollout policy, zero-variance filtering, NPR.
 
-Zero-variance groups (all rewards alike) are dropped from the loss with no refilling (ScaleRL §3.2).
-`PromptRetirement` keeps each prompt's pass-rate history and permanently retires prompts whose
-pass rate reaches the threshold (POLARIS; ScaleRL §3.2); its state is a plain dict for
-checkpoints. This module does not sample prompts or compute losses.
+A rollout whose verdict is `error` (the verifier or the sandbox failed, not the candidate) never
+trains: `drop_errors` takes it out before advantages are computed, and `ErrorWatch` says when
+errors are frequent enough to stop the run. Zero-variance groups (all rewards alike) are dropped
+from the loss with no refilling (ScaleRL §3.2). `PromptRetirement` keeps each prompt's pass-rate
+history and permanently retires prompts whose pass rate reaches the threshold (POLARIS; ScaleRL
+§3.2); its state is a plain dict for checkpoints. This module does not sample prompts or compute
+losses.
 """
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from scalerl.envs.base import Score
@@ -17,6 +22,17 @@ from scalerl.rollout.types import Rollout
 
 Group = list[Rollout]
 """The n rollouts of one prompt."""
+
+UNTRAINED_STATUSES: tuple[str, ...] = ("error",)
+"""Verdicts the policy never trains on: the verifier or the sandbox failed, so the verdict says
+nothing about the completion. Every other status trains with its reward: `correct` +1; `wrong`,
+`no_answer` and `timeout` (the candidate's own program passed its time limit, or its answer
+kept math-verify past its deadline) -1."""
+
+
+def drop_errors(group: Group) -> Group:
+    """The rollouts of `group` whose verdict can be trained on (no `error` verdicts)."""
+    return [r for r in group if r.score.status not in UNTRAINED_STATUSES]
 
 TruncationFn = Callable[[Group, float], Group]
 TRUNCATION_POLICIES: dict[str, TruncationFn] = {}
@@ -109,3 +125,42 @@ class PromptRetirement:
         self._sums = dict(state["sums"])
         self._counts = {k: int(v) for k, v in state["counts"].items()}
         self.retired = set(state["retired"])
+
+
+_VARYING = re.compile(r"'[^']*'|\"[^\"]*\"|\d+")
+
+
+def error_kind(detail: str) -> str:
+    """`detail` with quoted names and numbers blanked, so errors that differ only in a file name
+    or a line number count as one kind."""
+    return _VARYING.sub("_", detail)[:160]
+
+
+@dataclass
+class ErrorWatch:
+    """Stops a run whose verifiers keep failing: `observe` returns a one-line reason once more
+    than `max_frac` of a step's rollouts were `error` verdicts for `patience` steps in a row."""
+
+    max_frac: float
+    patience: int
+    streak: int = 0
+
+    def observe(self, groups: list[Group]) -> str | None:
+        rollouts = [r for g in groups for r in g]
+        errors = [r for r in rollouts if r.score.status in UNTRAINED_STATUSES]
+        frac = len(errors) / max(len(rollouts), 1)
+        self.streak = self.streak + 1 if frac > self.max_frac else 0
+        if self.streak < self.patience:
+            return None
+        return self.reason(rollouts, errors, frac)
+
+    def reason(self, rollouts: list[Rollout], errors: list[Rollout], frac: float) -> str:
+        per_task = Counter(r.task for r in rollouts)
+        failing = Counter(r.task for r in errors)
+        tasks = ", ".join(f"{t} {n}/{per_task[t]}" for t, n in failing.most_common())
+        kinds = Counter(error_kind(r.score.detail) for r in errors)
+        kind, count = kinds.most_common(1)[0]
+        example = next(r.score.detail for r in errors if error_kind(r.score.detail) == kind)
+        return (f"verifier errors on {frac:.0%} of the rollouts for {self.streak} steps in a row "
+                f"(filters.max_error_frac {self.max_frac:g}); error verdicts by task: {tasks}; "
+                f"commonest error ({count} of {len(errors)}): {' '.join(example.split())[:200]}")

@@ -3,8 +3,8 @@
 `rollout_metrics` turns one step's groups into reward, pass-rate, length and finish-reason
 figures; `ComputeClock` accumulates training device-seconds (validation apart) and tokens across
 resumes; `MetricsWriter` appends one JSON line per step to metrics.jsonl, mirrors scalars to
-TensorBoard and shows a rich progress line. Stable grouped keys (`reward/mean`,
-`loss/clip_frac`, ...). No training here.
+TensorBoard and hands the figures to the console (trainer/console.py: a progress bar, a line per
+validation). Stable grouped keys (`reward/mean`, `loss/clip_frac`, ...). No training here.
 """
 
 from __future__ import annotations
@@ -106,10 +106,7 @@ def _finite(value: Any) -> bool:
 
 
 class MetricsWriter:
-    """metrics.jsonl (+ TensorBoard, + a rich progress line) under `run_dir`."""
-
-    SHOWN = ("reward/mean", "loss/value", "policy/entropy", "rollout/truncated_frac",
-             "trainer/tokens_per_s")
+    """metrics.jsonl (+ TensorBoard, + the console's progress bar) under `run_dir`."""
 
     def __init__(self, run_dir: Path, *, total_steps: int, tensorboard: bool = True,
                  progress: bool = True, start_step: int = 0):
@@ -121,14 +118,11 @@ class MetricsWriter:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(str(Path(run_dir) / "tb"))
-        self._progress = self._task = None
+        self._console = None
         if progress:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+            from scalerl.trainer.console import StepConsole
 
-            self._progress = Progress("[bold]train", BarColumn(), MofNCompleteColumn(),
-                                      TimeElapsedColumn(), transient=False)
-            self._task = self._progress.add_task("train", total=total_steps, completed=start_step)
-            self._progress.start()
+            self._console = StepConsole(total_steps, start_step)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         row = {"step": step, "time": time.time(), **metrics}
@@ -138,16 +132,17 @@ class MetricsWriter:
             for key, value in metrics.items():
                 if _finite(value):
                     self._tb.add_scalar(key, value, step)
-        if self._progress is not None and "loss/value" in metrics:
-            self._progress.update(self._task, completed=step)
-            shown = "  ".join(f"{k.split('/')[-1]} {metrics[k]:.4g}" for k in self.SHOWN
-                              if _finite(metrics.get(k)))
-            self._progress.console.print(f"step {step:5d}  {shown}")
+        if self._console is None:
+            return
+        if any(k.startswith("val/") for k in metrics):
+            self._console.validation(step, metrics)
+        elif "loss/value" in metrics or "batch/empty" in metrics:
+            self._console.step(step, metrics)
 
     def print(self, text: str) -> None:
-        """Print a line with rich markup (through the progress display when there is one)."""
-        if self._progress is not None:
-            self._progress.console.print(text)
+        """Print a line with rich markup (above the progress bar when there is one)."""
+        if self._console is not None:
+            self._console.print(text)
         else:
             from rich.console import Console
 
@@ -157,8 +152,8 @@ class MetricsWriter:
         self._file.close()
         if self._tb is not None:
             self._tb.close()
-        if self._progress is not None:
-            self._progress.stop()
+        if self._console is not None:
+            self._console.close()
 
 
 def truncate_jsonl(path: Path, last_step: int) -> None:

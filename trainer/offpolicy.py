@@ -3,8 +3,10 @@
 `train()` reads top to bottom: set up, validate at step 0, then per step take groups from the
 rollout source, filter and collate them, take one exact optimizer step, hand the new weights to the
 source, log, validate and checkpoint. The source (`SOURCES[offpolicy.mode]`) decides when
-generation happens and when weights reach the generator. Building the model, the generator and
-the tasks is the glue's (scalerl/training.py); this module never imports vLLM.
+generation happens and when weights reach the generator. Verifier failures (`error` verdicts) are
+never trained on; when they pass `filters.max_error_frac` for `filters.error_patience` steps in a
+row the loop checkpoints and stops early, with the reason in `Run.stopped`. Building the model,
+the generator and the tasks is the glue's (scalerl/training.py); this module never imports vLLM.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from scalerl.trainer.checkpoint import (
     set_rng_state,
 )
 from scalerl.trainer.config import TrainerConfig
-from scalerl.trainer.filters import Group, PromptRetirement
+from scalerl.trainer.filters import ErrorWatch, Group, PromptRetirement
 from scalerl.trainer.losses import loss_kwargs
 from scalerl.trainer.metrics import ComputeClock, MetricsWriter, rollout_metrics, truncate_jsonl
 from scalerl.trainer.pipeline_source import PipelineSource
@@ -74,11 +76,14 @@ class Run:
     tasks: Mapping[str, TrainTask]
     run_dir: Path
     generator: Any
+    errors: ErrorWatch
     step: int = 0
     train_s: float = 0.0
     loop_s: float = 0.0
     validations: list[dict[str, float]] = field(default_factory=list)
     warned_too_long: set[str] = field(default_factory=set)
+    stopped: str = ""
+    """Why the run stopped before `steps` (verifier failures), or "" when it did not."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,12 +116,23 @@ def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str
         hand_weights(run)
         run.loop_s += time.perf_counter() - t0
         log_step(run, groups, report, gen_metrics, step_metrics, time.perf_counter() - t1)
+        if stop_for_errors(run, groups):
+            break
         if due(run.step, cfg.val.every) or run.step == cfg.steps:
             validate_heldout(run)
         if due(run.step, cfg.checkpoint.every) or run.step == cfg.steps:
             checkpoint(run)
     finish(run)
     return run
+
+
+def stop_for_errors(run: Run, groups: list[Group]) -> bool:
+    """True (after a checkpoint) once verifier errors passed `filters.max_error_frac` for
+    `filters.error_patience` steps in a row; `run.stopped` then says which tasks and why."""
+    run.stopped = run.errors.observe(groups) or ""
+    if run.stopped:
+        checkpoint(run)
+    return bool(run.stopped)
 
 
 def due(step: int, every: int) -> bool:
@@ -157,8 +173,9 @@ def setup(cfg: TrainerConfig, model, tokenizer, generator, tasks: Mapping[str, T
     if devices is None:
         devices = accelerator.num_processes + (generator is not None)
     clock = ComputeClock(devices, on_gpu=accelerator.device.type == "cuda")
+    errors = ErrorWatch(f.max_error_frac, f.error_patience)
     return Run(cfg, accelerator, model, tokenizer, optimizer, scheduler, source, retirement,
-               clock, writer, tasks, run_dir, generator)
+               clock, writer, tasks, run_dir, generator, errors)
 
 
 def make_sampler(cfg: TrainerConfig, tasks: Mapping[str, TrainTask],
@@ -300,6 +317,8 @@ def log_step(run: Run, groups: list[Group], report: GroupReport, gen: dict[str, 
         "batch/retired_frac": len(run.retirement.retired) / max(total_prompts(run), 1),
         "batch/retired_now": float(report.retired),
         "batch/truncated_dropped": float(report.truncated_dropped),
+        "batch/error_excluded_frac": report.error_excluded_frac,
+        "batch/error_groups_dropped": float(report.error_groups_dropped),
         "trainer/tokens_per_s": stats.get("tokens_total", 0.0) / max(train_s, 1e-9),
         "trainer/step_s": train_s, "optim/lr": run.scheduler.get_last_lr()[0],
     }
@@ -310,7 +329,6 @@ def log_step(run: Run, groups: list[Group], report: GroupReport, gen: dict[str, 
     if trunc > run.cfg.log.truncation_warn:
         message = (f"step {run.step}: {trunc:.1%} of rollouts truncated (> "
                    f"{run.cfg.log.truncation_warn:.0%}; the paper saw 10-15% destabilise runs)")
-        warnings.warn(message, stacklevel=1)
         run.writer.print(f"[yellow]warning:[/] {message}")
     warn_too_long(run, metrics)
 
@@ -351,10 +369,7 @@ def validate_heldout(run: Run) -> dict[str, float]:
     metrics["val/seconds"] = time.perf_counter() - t
     run.validations.append({"step": run.step, **metrics})
     if run.writer is not None:
-        run.writer.log(run.step, metrics)
-        shown = "  ".join(f"{k[4:]} {val:.3f}" for k, val in metrics.items()
-                          if k.endswith("pass@1"))
-        run.writer.print(f"[bold]held-out[/] step {run.step}: {shown}")
+        run.writer.log(run.step, metrics)  # the console prints a line per validation
     return metrics
 
 

@@ -43,7 +43,7 @@ class PipelineSource:
         self._started = False
         self._sync: dict[str, float] = {}
         self.sync_s = 0.0
-        self._busy_s = 0.0  # generator busy seconds when the previous batch was taken
+        self._served_tokens = 0  # tokens of every batch served so far
 
     def next_groups(self, trainer_version: int) -> tuple[list[Group], dict[str, float]]:
         if not self._started:
@@ -54,18 +54,15 @@ class PipelineSource:
         self._sync = {}
         tokens = sum(len(r.token_ids) for r in batch.rollouts)
         metrics["rollout/round_tokens"] = float(tokens)
-        metrics["rollout/tokens_per_s"] = tokens / max(self._busy_delta(metrics), 1e-9)
+        # Over the whole run, not per batch: a batch served from the buffer was generated during
+        # earlier busy time, and the busy time between two takes can be ~0 (buffer full).
+        self._served_tokens += tokens
+        busy = max(generator_busy_s(metrics), 1e-9)
+        metrics["rollout/tokens_per_s"] = self._served_tokens / busy
         metrics["async/batch_prompts_hash"] = prompts_hash(
             [f"{g.sample.task}/{g.sample.id}" for g in batch.groups])
         groups, skipped = skip_too_long([list(g.rollouts) for g in batch.groups])
         return groups, metrics | skipped
-
-    def _busy_delta(self, metrics: dict[str, float]) -> float:
-        """Generator busy seconds since the previous batch: the generator makes one batch's worth
-        of tokens per batch taken, so tokens / this is its throughput."""
-        busy = generator_busy_s(metrics)
-        delta, self._busy_s = busy - self._busy_s, busy
-        return delta
 
     def on_step(self, version: int, weights: Weights) -> dict[str, float]:
         """Publish policy `version` into the generator now (mid-generation)."""

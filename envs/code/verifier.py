@@ -216,6 +216,13 @@ def _score_sample(sample: Any, completion: str, options: Mapping[str, Any]) -> S
     return score_code(completion, sample.tests, **options)
 
 
+def _preflight(options: Mapping[str, Any]) -> str | None:
+    """The sandbox backend this task's programs would run on must work here."""
+    from scalerl.sandbox import backend_problem
+
+    return backend_problem(options.get("backend"))
+
+
 register_kind(Kind(name="code", score=_score_sample, gold_field="tests",
                    system_prompt=CODE_SYSTEM_PROMPT, gold_columns=CODE_COLUMNS,
-                   read_gold=read_code_tests))
+                   read_gold=read_code_tests, preflight=_preflight))

@@ -1,9 +1,11 @@
 """`scalerl train`: RL-train a policy with a ScaleRL recipe (default: the tiny CPU model).
 
-Loads and validates the config (a recipe name or YAML file plus `--set a.b=c` overrides), then
-runs `scalerl.training.run_training` (model, vLLM generator, task mixture, the loop). Prints
-held-out pass@1 per task before and after, the wall time and the peak resident memory of the whole
-process tree. `--resume` continues the run in `--run-dir` from its last checkpoint.
+Loads and validates the config (a recipe name or YAML file plus `--set a.b=c` overrides; with
+`--resume`, the run's own config.yaml, where `--set` may change only the resumable settings),
+runs the preflight (every task's verifier must work here) before any model or engine starts, then
+`scalerl.training.run_training`. Prints held-out pass@1 per task before and after, a warning per
+task whose held-out error rate passed 5%, the wall time and the peak resident memory of the whole
+process tree. The engine's own output goes to <run-dir>/engine.log unless `--verbose`.
 """
 
 from __future__ import annotations
@@ -14,27 +16,46 @@ import sys
 import time
 from pathlib import Path
 
-from scalerl.config import ConfigError, RunConfig, load_config, recipe_names, to_dict, validate
-from scalerl.models import resolve_model
-from scalerl.rollout.model_files import ModelNotFoundError
-from scalerl.training import PeakRSS, run_training
+from scalerl.config import (
+    ConfigError,
+    RunConfig,
+    load_config,
+    recipe_names,
+    resume_config,
+    to_dict,
+    validate,
+)
 
 HELP = "train a policy with a ScaleRL recipe (no config: the tiny model on arith + synth_code)"
+EXIT_CODES = {0: "the run finished", 1: "it crashed (the traceback names the cause)",
+              2: "bad input: config, flags, run directory", 3: "preflight: a task's verifier "
+              "cannot work on this machine (nothing started)", 4: "stopped early: verifier "
+              "errors above filters.max_error_frac (a checkpoint was written; fix, then "
+              "--resume)", 130: "interrupted (Ctrl-C)", 143: "terminated (SIGTERM)"}
+"""Exit status -> meaning (also in the README)."""
+VAL_ERROR_WARN = 0.05
+"""Held-out `error` share per task above which the end-of-run summary warns."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = "exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items())
     parser.add_argument("--config", default=None,
                         help=f"recipe name ({', '.join(recipe_names())}) or YAML file; "
                              "default: tiny-cpu")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config value, e.g. --set loss.name=grpo (repeatable)")
+                        help="override a config value, e.g. --set loss.name=grpo (repeatable); "
+                             "with --resume only steps, val.*, checkpoint.*, log.*, sandbox.* "
+                             "and filters.max_error_frac/error_patience")
     parser.add_argument("--run-dir", default=None,
                         help="where metrics, TensorBoard and checkpoints go (default: "
                              "runs/<recipe>-<time>)")
     parser.add_argument("--resume", action="store_true",
-                        help="continue the run in --run-dir from its last checkpoint")
+                        help="continue the run in --run-dir from its last checkpoint, with its "
+                             "own config.yaml")
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved, validated config as YAML and exit")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show the vLLM engine's own output (default: <run-dir>/engine.log)")
 
 
 def resolve_run_dir(args: argparse.Namespace) -> Path:
@@ -46,10 +67,35 @@ def resolve_run_dir(args: argparse.Namespace) -> Path:
     return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def resumed_config(args: argparse.Namespace, run_dir: Path) -> tuple[RunConfig, dict]:
+    """The run's own config.yaml with the resumable `--set`s, and what they changed."""
+    import yaml
+
+    if args.config:
+        raise ConfigError("--resume continues the run with its own config.yaml; --config "
+                          "cannot be given with it")
+    from scalerl.trainer.checkpoint import latest_checkpoint
+
+    if latest_checkpoint(run_dir) is None:
+        raise ConfigError(f"scalerl train: --resume: no checkpoint under {run_dir}/checkpoints")
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"--resume: {path} is missing (the run's settings); cannot resume")
+    cfg, changes = resume_config(yaml.safe_load(path.read_text()) or {}, args.set)
+    return validate(cfg), changes
+
+
 def run(args: argparse.Namespace) -> int:
+    from scalerl.preflight import PREFLIGHT_EXIT, PreflightError
+    from scalerl.training import preflight
+
+    changes: dict = {}
     try:
-        cfg = validate(load_config(args.config, args.set))
         run_dir = resolve_run_dir(args)
+        if args.resume:
+            cfg, changes = resumed_config(args, run_dir)
+        else:
+            cfg = validate(load_config(args.config, args.set))
     except ConfigError as e:
         print(str(e), file=sys.stderr)
         return 2
@@ -58,7 +104,14 @@ def run(args: argparse.Namespace) -> int:
 
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0
-    return train_command(cfg, run_dir, resume=args.resume)
+    try:
+        preflight(cfg)
+    except PreflightError as e:
+        print("\n".join(f"scalerl train: {line}" for line in str(e).splitlines()),
+              file=sys.stderr)
+        return PREFLIGHT_EXIT
+    return train_command(cfg, run_dir, resume=args.resume, changes=changes,
+                         verbose=args.verbose)
 
 
 def _exit_on_sigterm() -> None:
@@ -68,8 +121,13 @@ def _exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
-def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool) -> int:
+def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict | None = None,
+                  verbose: bool = False) -> int:
+    from scalerl.engine_log import ENGINE_LOG, last_words_to
+    from scalerl.models import resolve_model
+    from scalerl.rollout.model_files import ModelNotFoundError
     from scalerl.trainer.checkpoint import latest_checkpoint
+    from scalerl.training import PeakRSS, run_training
 
     _exit_on_sigterm()
     start = time.perf_counter()
@@ -84,24 +142,40 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool) -> int:
               "or choose another --run-dir", file=sys.stderr)
         return 2
     run_dir.mkdir(parents=True, exist_ok=True)
-    _write_config(cfg, run_dir)
+    if not resume or changes:
+        _write_config(cfg, run_dir, ckpt, changes or {})
+    log = None if verbose else run_dir / ENGINE_LOG
     try:
         model_path = str(ckpt) if ckpt else resolve_model(cfg.policy.model)
-        result = run_training(cfg, run_dir, model_path, ckpt)
+        result = run_training(cfg, run_dir, model_path, ckpt, engine_log=log)
     except (ConfigError, ModelNotFoundError) as e:  # no such model; GPUs or launch do not fit
         print(f"scalerl train: {e}", file=sys.stderr)
         return 2
     if result is None:
         return 0
-    wall = time.perf_counter() - start
-    peak_mb = peak.stop()
-    _report(result, run_dir, wall, peak_mb)
+    _report(result, run_dir, time.perf_counter() - start, peak.stop())
+    if log is not None:
+        last_words_to(log)  # the triton/nanobind leak report printed at interpreter exit
+    if result.stopped:
+        print(f"scalerl train: stopped at step {result.step}: {result.stopped}; checkpoint "
+              f"written: fix the verifier, then `scalerl train --run-dir {run_dir} --resume`",
+              file=sys.stderr)
+        return 4
     return 0
 
 
-def _write_config(cfg: RunConfig, run_dir: Path) -> None:
+def _write_config(cfg: RunConfig, run_dir: Path, ckpt: Path | None, changes: dict) -> None:
+    """config.yaml; a resume that changed settings says so and appends them to resumes.jsonl."""
     import yaml
 
+    if changes:
+        shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
+        print(f"scalerl train: resuming {run_dir} from {ckpt.name} with {shown}",
+              file=sys.stderr)
+        row = {"time": time.time(), "checkpoint": ckpt.name,
+               "changes": {k: [old, new] for k, (old, new) in changes.items()}}
+        with (run_dir / "resumes.jsonl").open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
     (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
@@ -113,9 +187,28 @@ def _report(run, run_dir: Path, wall_s: float, peak_mb: float) -> None:
         before, after = first.get(key, float("nan")), last[key]
         print(f"  {key:32s} step {first.get('step', 0):>4} {before:.3f} -> "
               f"step {last['step']:>4} {after:.3f}  ({after - before:+.3f})")
+    for line in error_warnings(run.validations):
+        print(line)
     print(f"wall time {wall_s:.1f} s; peak RSS (all processes) {peak_mb / 1024:.2f} GiB; "
           f"run dir {run_dir}")
     summary = {"wall_s": wall_s, "peak_rss_mb": peak_mb, "steps": run.step,
                "validations": run.validations, "train_s": run.train_s, "loop_s": run.loop_s,
+               "stopped": run.stopped,
                "source": run.source.idle() if run.source is not None else {}}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+
+
+def error_warnings(validations: list[dict[str, float]]) -> list[str]:
+    """A warning line per task whose held-out `error` share passed VAL_ERROR_WARN in any
+    validation (its pass@1 then says little: those samples could not be verified)."""
+    worst: dict[str, tuple[float, int]] = {}
+    for row in validations:
+        for key, value in row.items():
+            parts = key.split("/")
+            if len(parts) == 3 and parts[2] == "error_frac" and value > worst.get(
+                    parts[1], (0.0, 0))[0]:
+                worst[parts[1]] = (value, int(row.get("step", 0)))
+    return [f"warning: held-out {task}: {frac:.1%} of the rollouts at step {step} were verifier "
+            f"errors (> {VAL_ERROR_WARN:.0%}); its pass@1 is not a measure of the policy "
+            "(`scalerl doctor` checks the verifiers' needs)"
+            for task, (frac, step) in sorted(worst.items()) if frac > VAL_ERROR_WARN]

@@ -56,3 +56,40 @@ def test_std_scope_all_counts_filtered_rows_as_zero_advantages():
     # centred [1.5, -.5, -.5, -.5]: var 0.75 over 4 rows, 0.375 over 8 rows (4 zeros added)
     torch.testing.assert_close(kept_only, torch.tensor([1.5, -0.5, -0.5, -0.5]) / 0.75 ** 0.5)
     torch.testing.assert_close(with_all, torch.tensor([1.5, -0.5, -0.5, -0.5]) / 0.375 ** 0.5)
+
+
+def test_error_verdicts_are_left_out_and_the_baseline_comes_from_the_rest():
+    g = fake_groups(n_prompts=2, n=4)
+    g[0] = set_status(g[0], ["correct", "wrong", "error", "wrong"])
+    g[1] = set_status(g[1], ["correct", "wrong", "wrong", "correct"])
+    kept, report = prepare(g)
+    assert [len(k) for k in kept] == [3, 4]
+    assert all(r.score.status != "error" for k in kept for r in k)
+    assert (report.rollouts_in, report.error_excluded, report.error_groups_dropped) == (8, 1, 0)
+    assert report.error_excluded_frac == 1 / 8
+    batch = collate(kept, normalise="none", aggregation="prompt", correct_reward=1.0,
+                    wrong_reward=-1.0, pad_id=0)
+    # group 0 without its error: rewards (1, -1, -1), mean -1/3; group 1: (1, -1, -1, 1), mean 0
+    expected = torch.tensor([4 / 3, -2 / 3, -2 / 3, 1.0, -1.0, -1.0, 1.0])
+    torch.testing.assert_close(batch.advantages.squeeze(-1), expected)
+    assert len(batch) == 7
+
+
+def test_errors_never_enter_the_batch_std():
+    g = [set_status(fake_groups(1, 4)[0], ["correct", "wrong", "error", "error"])]
+    kept, _ = prepare(g)
+    batch = collate(kept, normalise="batch", aggregation="prompt", correct_reward=1.0,
+                    wrong_reward=-1.0, pad_id=0, eps=0.0)
+    # (1, -1) centred is (1, -1), std 1; trained as -1 the errors would give (1.5, -.5, -.5, -.5)
+    torch.testing.assert_close(batch.advantages.squeeze(-1), torch.tensor([1.0, -1.0]))
+
+
+def test_a_group_left_with_fewer_than_two_rollouts_is_dropped():
+    g = fake_groups(n_prompts=2, n=4)
+    g[0] = set_status(g[0], ["error", "error", "error", "correct"])
+    g[1] = set_status(g[1], ["error"] * 4)
+    retirement = PromptRetirement(threshold=0.9)
+    kept, report = prepare(g, retirement=retirement)
+    assert kept == []
+    assert (report.error_excluded, report.error_groups_dropped) == (7, 2)
+    assert report.retired == 0 and not retirement.retired  # 1/1 correct is no evidence to retire

@@ -1,18 +1,61 @@
-"""Truncation policies, zero-variance filtering and No-Positive-Resampling."""
+"""Verifier errors, truncation policies, zero-variance filtering and No-Positive-Resampling."""
 
 import pytest
 
 from scalerl.envs.base import Score
 from scalerl.rollout.types import Rollout
-from scalerl.trainer.filters import PromptRetirement, apply_truncation, is_zero_variance, pass_rate
+from scalerl.trainer.filters import (
+    ErrorWatch,
+    PromptRetirement,
+    apply_truncation,
+    drop_errors,
+    error_kind,
+    is_zero_variance,
+    pass_rate,
+)
 
 
-def rollout(status="correct", finish="stop"):
+def rollout(status="correct", finish="stop", task="arith", detail=""):
     reward = 1.0 if status == "correct" else -1.0
-    return Rollout(sample_id="s", task="arith", prompt_token_ids=(1,), token_ids=(2, 3),
+    return Rollout(sample_id="s", task=task, prompt_token_ids=(1,), token_ids=(2, 3),
                    logprobs=(-0.1, -0.2), versions=(0, 0), finish_reason=finish,
                    thinking_tokens=0, answer_tokens=2, completion="x",
-                   score=Score(status=status, reward=reward))
+                   score=Score(status=status, reward=reward, detail=detail))
+
+
+def test_only_error_verdicts_are_left_out():
+    group = [rollout(s) for s in ("correct", "wrong", "no_answer", "timeout", "error")]
+    assert [r.score.status for r in drop_errors(group)] == ["correct", "wrong", "no_answer",
+                                                            "timeout"]
+
+
+def test_error_kind_blanks_names_and_numbers():
+    a = "judge raised FileNotFoundError: [Errno 2] No such file: '/data/add2-12+7.txt'"
+    b = "judge raised FileNotFoundError: [Errno 2] No such file: '/data/mul1-3*4.txt'"
+    expected = "judge raised FileNotFoundError: [Errno _] No such file: _"
+    assert error_kind(a) == error_kind(b) == expected
+
+
+def step(n_error: int, n: int = 10, task: str = "code"):
+    errors = [rollout("error", task=task, detail=f"sandbox error: worker {i} died")
+              for i in range(n_error)]
+    return [errors + [rollout("wrong", task="arith") for _ in range(n - n_error)]]
+
+
+def test_error_watch_stops_after_patience_failing_steps_in_a_row():
+    watch = ErrorWatch(max_frac=0.1, patience=3)
+    # 0.5 > 0.1 fails; 0.1 is not above the threshold and resets the streak
+    assert [watch.observe(step(k)) for k in (5, 5, 1, 5, 5)] == [None] * 5
+    reason = watch.observe(step(8))
+    assert reason is not None and "\n" not in reason
+    assert "80% of the rollouts for 3 steps in a row" in reason
+    assert "code 8/8" in reason and "arith" not in reason.split("by task:")[1].split(";")[0]
+    assert "commonest error (8 of 8): sandbox error: worker 0 died" in reason
+
+
+def test_error_watch_at_one_never_stops():
+    watch = ErrorWatch(max_frac=1.0, patience=1)
+    assert all(watch.observe(step(10)) is None for _ in range(5))
 
 
 def test_zero_variance_is_all_rewards_alike():

@@ -1,0 +1,49 @@
+"""`scalerl doctor`: one screen saying what works on this machine and what to do about the rest.
+
+Runs `scalerl.doctor`'s checks (cores and memory, GPUs, sandbox backends and cgroups, docker and
+its image, torch/transformers/vLLM, the Hugging Face cache and offline mode, the tiny model, a
+vLLM engine start on it unless `--quick`) and prints one line each, with the fix under any that
+is not ok. Exit 0 when nothing failed (warnings allowed), 1 when something the embedded default
+needs does not work. Only glue: the checks live in scalerl/doctor.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+HELP = "check this machine: sandboxes, cgroups, docker, vLLM engine start, memory, GPUs, HF cache"
+MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = "exit codes: 0 nothing failed (warnings allowed); 1 something failed"
+    parser.add_argument("--json", action="store_true",
+                        help='one JSON object: {"ok": bool, "checks": [{name, status, detail, '
+                             'fix}]}')
+    parser.add_argument("--quick", action="store_true",
+                        help="skip the vLLM engine start (about 30-60 s on 2 cores)")
+    parser.add_argument("--log", type=Path, default=None,
+                        help="where the engine start's own output goes (default: a temp file)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from scalerl.doctor import run_checks
+
+    log = args.log or Path(tempfile.mkstemp(prefix="scalerl-doctor-", suffix=".log")[1])
+    checks = run_checks(quick=args.quick, log_path=log)
+    ok = all(c.status != "fail" for c in checks)
+    if args.json:
+        print(json.dumps({"ok": ok, "checks": [c.to_dict() for c in checks]}))
+        return 0 if ok else 1
+    for c in checks:
+        print(f"{MARK[c.status]}  {c.name:18s} {c.detail}")
+        if c.fix:
+            print(f"      {'':18s} fix: {c.fix}")
+    failed = sum(c.status == "fail" for c in checks)
+    warned = sum(c.status == "warn" for c in checks)
+    print(f"{len(checks)} checks: {failed} failed, {warned} warnings"
+          + ("" if ok else "; `scalerl train` cannot run as it is"))
+    return 0 if ok else 1

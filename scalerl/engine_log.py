@@ -1,0 +1,77 @@
+"""Where the vLLM engine's own output goes: a log file in the run directory, not the terminal.
+
+vLLM logs INFO lines from every process it starts, its workers print native warnings, and at exit
+the interpreter prints triton's nanobind leak report. `route_vllm_logging` sends vLLM's loggers
+(this process and its children) to the log; `output_to` points file descriptors 1 and 2 at the
+log while the engine starts, so the processes started then write there for their whole life;
+`last_words_to` does the same for this process's fd 2 at the very end. `scalerl train --verbose`
+uses none of them. Nothing here starts or stops an engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging.config
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ENGINE_LOG = "engine.log"
+"""The log file's name inside a run directory."""
+
+
+def logging_config(log_path: Path) -> dict:
+    """A `logging.config.dictConfig` mapping that writes vLLM's loggers to `log_path`."""
+    return {
+        "version": 1, "disable_existing_loggers": False,
+        "formatters": {"plain": {"format": "%(levelname)s %(asctime)s %(process)d "
+                                           "[%(filename)s:%(lineno)d] %(message)s"}},
+        "handlers": {"file": {"class": "logging.FileHandler", "filename": str(log_path),
+                              "formatter": "plain"}},
+        "loggers": {"vllm": {"handlers": ["file"], "level": "INFO", "propagate": False}},
+    }
+
+
+def route_vllm_logging(log_path: Path) -> None:
+    """vLLM's loggers write to `log_path`, in this process and in every process started after
+    this (they read VLLM_LOGGING_CONFIG_PATH when they import vLLM)."""
+    log_path = Path(log_path).resolve()
+    config = logging_config(log_path)
+    config_path = log_path.with_name(log_path.stem + ".logging.json")
+    config_path.write_text(json.dumps(config, indent=1))
+    os.environ["VLLM_CONFIGURE_LOGGING"] = "1"
+    os.environ["VLLM_LOGGING_CONFIG_PATH"] = str(config_path)
+    if "vllm" in sys.modules:  # already configured from the old settings: redo it here
+        logging.config.dictConfig(config)
+
+
+@contextlib.contextmanager
+def output_to(log_path: Path) -> Iterator[None]:
+    """Inside the block, fds 1 and 2 write to `log_path` (appended); processes started inside
+    keep writing there after it. Python's own streams are flushed at both ends."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (fd, *saved):
+            os.close(f)
+
+
+def last_words_to(log_path: Path) -> None:
+    """From now on this process's fd 2 writes to `log_path`: for what native libraries print
+    while the interpreter shuts down (call it once everything meant for the user is printed)."""
+    sys.stderr.flush()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 2)
+    os.close(fd)
