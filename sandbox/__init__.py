@@ -101,7 +101,8 @@ def backend_problem(name: str | None = None) -> str | None:
         return None
     others = [n for n in DEFAULT_ORDER
               if n != name and n in BACKENDS and BACKENDS[n].available()[0]]
-    alternative = f", or use a backend that works here ({', '.join(others)})" if others else ""
+    alternative = f", or set sandbox.backend to one that works here: {', '.join(others)}" if (
+        others) else ""
     return (f"sandbox backend {name!r} is not available: {why}; fix: "
             f"{FIXES.get(name, 'see scalerl sandbox backends')}{alternative}")
 

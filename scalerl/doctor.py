@@ -41,8 +41,9 @@ def machine() -> list[Check]:
     total, free = (int(info[k].split()[0]) / 2**20 for k in ("MemTotal", "MemAvailable"))
     detail = f"{cores} cores, {total:.1f} GiB memory ({free:.1f} GiB available)"
     if free < MIN_FREE_GIB:
-        return [Check("machine", "warn", detail, f"the default run needs about {MIN_FREE_GIB:g} "
-                                                 "GiB: stop other jobs or lower engine.kv_cache_gib")]
+        fix = (f"the default run needs about {MIN_FREE_GIB:g} GiB: stop other jobs or lower "
+               "engine.kv_cache_gib")
+        return [Check("machine", "warn", detail, fix)]
     return [Check("machine", "ok", detail)]
 
 

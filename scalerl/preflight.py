@@ -20,6 +20,10 @@ PREFLIGHT_EXIT = 3
 class PreflightError(RuntimeError):
     """A task's verifier cannot work here; the message is one line per task."""
 
+    def lines(self, command: str) -> str:
+        """The message as printed by `scalerl COMMAND`: every line prefixed with the command."""
+        return "\n".join(f"scalerl {command}: {line}" for line in str(self).splitlines())
+
 
 def task_problems(tasks: Iterable[Task]) -> list[str]:
     """One line per task whose verifier cannot work here (a raising check counts as one)."""

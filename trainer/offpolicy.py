@@ -111,11 +111,12 @@ def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str
         kept, report = filter_groups(run, groups)
         t1 = time.perf_counter()
         step_metrics = optimise(run, kept, report)
-        run.train_s += time.perf_counter() - t1
+        step_s = time.perf_counter() - t1  # the optimizer step alone: publishing is sync_s
+        run.train_s += step_s
         run.step += 1
         hand_weights(run)
         run.loop_s += time.perf_counter() - t0
-        log_step(run, groups, report, gen_metrics, step_metrics, time.perf_counter() - t1)
+        log_step(run, groups, report, gen_metrics, step_metrics, step_s)
         if stop_for_errors(run, groups):
             break
         if due(run.step, cfg.val.every) or run.step == cfg.steps:

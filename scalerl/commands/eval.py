@@ -120,6 +120,7 @@ def prepare(args, ks) -> Plan:
     """Settings, models and engine of a --model run; ValueError before any engine starts."""
     from scalerl.envs.catalog import get_task
     from scalerl.eval import EvalSettings, resolve_models
+    from scalerl.preflight import check_tasks
 
     if args.n < 1 or (args.limit is not None and args.limit < 1) or args.chunk < 1:
         raise ValueError("--n, --limit and --chunk must be >= 1")
@@ -131,6 +132,11 @@ def prepare(args, ks) -> Plan:
         t.name for t in run_cfg.tasks)
     for t in tasks:
         get_task(t).check_split(args.split)
+    if run_cfg is not None:  # grade as the run did: its sandbox backend and limits
+        import scalerl.sandbox
+
+        scalerl.sandbox.configure(run_cfg.sandbox)
+    check_tasks(get_task(t) for t in tasks)
     run_budgets = {t.name: t.budget for t in run_cfg.tasks} if run_cfg else {}
     budgets = tuple((t, override_budget(args, run_budgets.get(t, DEFAULT_BUDGET))) for t in tasks)
     models = resolve_models(args.model)
@@ -180,12 +186,16 @@ def run(args: argparse.Namespace) -> int:
     from scalerl.coerce import ConfigError
     from scalerl.envs.registry import UnknownTaskError
     from scalerl.eval import EvalInputError
+    from scalerl.preflight import PREFLIGHT_EXIT, PreflightError
 
     try:
         ks = parse_ks(args.k)
         if args.rollouts:
             return run_rollouts(args, ks)
         plan = prepare(args, ks)
+    except PreflightError as exc:
+        print(exc.lines("eval"), file=sys.stderr)
+        return PREFLIGHT_EXIT
     except (EvalInputError, UnknownTaskError, ConfigError, ValueError) as exc:
         print(f"scalerl eval: {exc}", file=sys.stderr)
         return 2

@@ -84,13 +84,16 @@ def write_rollouts(gen, samples: list, *, out_path: str, n: int, budget, tempera
 
 
 def prepare(args: argparse.Namespace):
-    """(task, samples, budget, model, engine config); ValueError before any engine starts."""
+    """(task, samples, budget, model, engine config); ValueError, or PreflightError when the
+    task's verifier cannot work here, before any model is built or engine started."""
     from scalerl.envs.catalog import get_task
+    from scalerl.preflight import check_tasks
     from scalerl.rollout.evaluate import eval_samples
 
     if args.n <= 0 or (args.limit is not None and args.limit <= 0):
         raise ValueError(f"--n and --limit must be > 0, got {args.n} and {args.limit}")
     task = get_task(args.task)
+    check_tasks([task])
     samples = eval_samples(task, args.split, args.limit)
     budget = override_budget(args, DEFAULT_BUDGET)
     model = resolve_model(args.model)
@@ -100,10 +103,14 @@ def prepare(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from scalerl.envs.registry import UnknownTaskError
+    from scalerl.preflight import PREFLIGHT_EXIT, PreflightError
 
     try:
         task, samples, budget, model, config = prepare(args)
         gen = start_generator(model, config, fp32_head=args.fp32_head is not False)
+    except PreflightError as exc:
+        print(exc.lines("generate"), file=sys.stderr)
+        return PREFLIGHT_EXIT
     except (ValueError, UnknownTaskError, EngineStartError) as exc:
         print(f"scalerl generate: {exc}", file=sys.stderr)
         return 2

@@ -107,8 +107,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         preflight(cfg)
     except PreflightError as e:
-        print("\n".join(f"scalerl train: {line}" for line in str(e).splitlines()),
-              file=sys.stderr)
+        print(e.lines("train"), file=sys.stderr)
         return PREFLIGHT_EXIT
     return train_command(cfg, run_dir, resume=args.resume, changes=changes,
                          verbose=args.verbose)

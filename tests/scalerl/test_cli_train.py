@@ -14,3 +14,53 @@ def test_train_refuses_a_run_dir_that_already_holds_a_run(tmp_path, capsys):
 def test_resume_without_a_checkpoint_says_so(tmp_path, capsys):
     assert cli.main(["train", "--run-dir", str(tmp_path), "--resume"]) == 2
     assert "no checkpoint" in capsys.readouterr().err
+
+
+def fake_run(tmp_path, overrides=("offpolicy.mode=ppo", "steps=6")):
+    """A run directory with the run's config.yaml and a checkpoint marker (no weights needed:
+    the config is read and checked before anything loads the checkpoint)."""
+    import yaml
+
+    from scalerl.config import load_config, to_dict
+
+    cfg = load_config(None, list(overrides))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    step = tmp_path / "checkpoints" / "step-000004"
+    step.mkdir(parents=True)
+    (step / "trainer_state.pt").write_bytes(b"")
+    return tmp_path
+
+
+def test_resume_reads_the_runs_own_config_not_the_defaults(tmp_path, capsys):
+    run = fake_run(tmp_path)
+    before = (run / "config.yaml").read_text()
+    assert cli.main(["train", "--run-dir", str(run), "--resume", "--print-config"]) == 0
+    shown = capsys.readouterr().out
+    assert "mode: ppo" in shown and "steps: 6" in shown  # the defaults are pipelinerl, 120
+    assert (run / "config.yaml").read_text() == before
+
+
+def test_resume_refuses_a_setting_that_would_change_what_the_run_trains(tmp_path, capsys):
+    run = fake_run(tmp_path)
+    before = (run / "config.yaml").read_text()
+    argv = ["train", "--run-dir", str(run), "--resume", "--set", "loss.name=grpo"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("--set loss.name: cannot change when a run is "
+                                               "resumed")
+    assert "steps" in err[0]  # and says what may change
+    assert (run / "config.yaml").read_text() == before
+    assert cli.main(["train", "--run-dir", str(run), "--resume", "--config", "scalerl"]) == 2
+    assert "--config cannot be given" in capsys.readouterr().err
+
+
+def test_resume_config_reports_the_settings_it_changes():
+    from scalerl.config import load_config, resume_config, to_dict
+
+    data = to_dict(load_config(None, ["offpolicy.mode=ppo", "steps=6"]))
+    cfg, changes = resume_config(data, ["steps=12", "sandbox.backend=bwrap-cold",
+                                        "val.every=3", "val.n=2"])
+    assert cfg.steps == 12 and cfg.offpolicy.mode == "ppo"
+    assert changes == {"steps": (6, 12), "sandbox.backend": (None, "bwrap-cold"),
+                       "val.every": (20, 3), "val.n": (4, 2)}
+    assert resume_config(data, [])[1] == {}
