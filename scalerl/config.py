@@ -120,14 +120,16 @@ def resumable(key: str) -> bool:
 def resume_config(data: dict[str, Any], overrides: list[str] = ()
                   ) -> tuple[RunConfig, dict[str, tuple[Any, Any]]]:
     """A run's own config (`data`: its config.yaml) with `overrides`, and what they changed
-    ({key: (old, new)}); ConfigError (one line) when an override is not `RESUMABLE`."""
-    refused = [a.split("=", 1)[0].strip() for a in overrides if not resumable(a.split("=", 1)[0])]
+    ({key: (old, new)}); ConfigError (one line) when they change anything not `RESUMABLE`
+    (repeating the run's own values is fine)."""
+    before, after = config_from_data(data), config_from_data(data, overrides)
+    changes = changed_fields(to_dict(before), to_dict(after))
+    refused = [f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items() if not resumable(k)]
     if refused:
-        raise ConfigError(f"--set {', '.join(refused)}: cannot change when a run is resumed (it "
+        raise ConfigError(f"--set {'; '.join(refused)}: cannot change when a run is resumed (it "
                           f"would change what the run trains on); may change: "
                           f"{', '.join(RESUMABLE)}")
-    before, after = config_from_data(data), config_from_data(data, overrides)
-    return after, changed_fields(to_dict(before), to_dict(after))
+    return after, changes
 
 
 def changed_fields(old: Any, new: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:

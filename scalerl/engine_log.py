@@ -4,8 +4,9 @@ vLLM logs INFO lines from every process it starts, its workers print native warn
 the interpreter prints triton's nanobind leak report. `route_vllm_logging` sends vLLM's loggers
 (this process and its children) to the log; `output_to` points file descriptors 1 and 2 at the
 log while the engine starts, so the processes started then write there for their whole life;
-`last_words_to` does the same for this process's fd 2 at the very end. `scalerl train --verbose`
-uses none of them. Nothing here starts or stops an engine.
+`last_words_to` does the same for this process's fd 2 at the very end; `hide_progress_bars` turns
+off transformers' bars (loading and writing weights at every checkpoint). `scalerl train
+--verbose` uses none of them. Nothing here starts or stops an engine.
 """
 
 from __future__ import annotations
@@ -75,3 +76,10 @@ def last_words_to(log_path: Path) -> None:
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 2)
     os.close(fd)
+
+
+def hide_progress_bars() -> None:
+    """No transformers progress bars (weights loaded or written at every checkpoint)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()

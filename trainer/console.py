@@ -58,7 +58,7 @@ def step_line(step: int, total: int, metrics: Mapping[str, Any]) -> str:
                                         if _finite(metrics.get(key))]
     if _finite(metrics.get("rollout/tokens_per_s")):
         parts.append(f"{si(metrics['rollout/tokens_per_s'])} tok/s")
-    return "  ".join(parts)[:WIDTH]
+    return " ".join(parts)[:WIDTH]
 
 
 def validation_line(step: int, metrics: Mapping[str, Any]) -> str:

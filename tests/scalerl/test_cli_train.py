@@ -46,8 +46,8 @@ def test_resume_refuses_a_setting_that_would_change_what_the_run_trains(tmp_path
     argv = ["train", "--run-dir", str(run), "--resume", "--set", "loss.name=grpo"]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("--set loss.name: cannot change when a run is "
-                                               "resumed")
+    assert len(err) == 1 and err[0].startswith("--set loss.name 'cispo' -> 'grpo': cannot change "
+                                               "when a run is resumed")
     assert "steps" in err[0]  # and says what may change
     assert (run / "config.yaml").read_text() == before
     assert cli.main(["train", "--run-dir", str(run), "--resume", "--config", "scalerl"]) == 2
@@ -64,3 +64,18 @@ def test_resume_config_reports_the_settings_it_changes():
     assert changes == {"steps": (6, 12), "sandbox.backend": (None, "bwrap-cold"),
                        "val.every": (20, 3), "val.n": (4, 2)}
     assert resume_config(data, [])[1] == {}
+    assert resume_config(data, ["offpolicy.mode=ppo"])[1] == {}  # the run's own value: fine
+
+
+def test_the_end_of_run_summary_warns_per_task_above_five_percent_errors():
+    rows = [{"step": 0, "val/arith/error_frac": 0.0, "val/synth_code/error_frac": 0.995},
+            {"step": 20, "val/arith/error_frac": 0.06, "val/synth_code/error_frac": 0.9},
+            {"step": 40, "val/arith/error_frac": 0.05}]
+    from scalerl.commands.train import error_warnings
+
+    lines = error_warnings(rows)
+    assert len(lines) == 2
+    assert lines[0].startswith("warning: held-out arith: 6.0% of the rollouts at step 20 were "
+                               "verifier errors")
+    assert lines[1].startswith("warning: held-out synth_code: 99.5% of the rollouts at step 0")
+    assert error_warnings([{"step": 0, "val/arith/error_frac": 0.05}]) == []
