@@ -84,6 +84,7 @@ class StepConsole:
         self.console = Console()
         self.total = total_steps
         self.last_heldout: dict[str, float] = {}
+        self._last_step: Mapping[str, Any] = {}
         self._progress = None
         if self.console.is_terminal:
             figures = TextColumn("{task.fields[figures]}",
@@ -101,12 +102,16 @@ class StepConsole:
             self.console.print(step_line(step, self.total, metrics), markup=False,
                                highlight=False, soft_wrap=True)
             return
+        self._last_step = metrics
         self._progress.update(self._task, completed=step,
                               figures=bar_figures(metrics, self.last_heldout))
 
     def validation(self, step: int, metrics: Mapping[str, Any]) -> None:
         self.last_heldout = heldout(metrics)
         self.print(validation_line(step, metrics))
+        if self._progress is not None:
+            self._progress.update(self._task, figures=bar_figures(self._last_step,
+                                                                  self.last_heldout))
 
     def print(self, text: str) -> None:
         """A line with rich markup, above the bar when there is one."""
