@@ -39,11 +39,16 @@ def machine() -> list[Check]:
     cores = len(os.sched_getaffinity(0))
     info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
     total, free = (int(info[k].split()[0]) / 2**20 for k in ("MemTotal", "MemAvailable"))
-    detail = f"{cores} cores, {total:.1f} GiB memory ({free:.1f} GiB available)"
+    load = os.getloadavg()[0]
+    detail = (f"{cores} cores (load {load:.1f}), {total:.1f} GiB memory ({free:.1f} GiB "
+              "available)")
     if free < MIN_FREE_GIB:
         fix = (f"the default run needs about {MIN_FREE_GIB:g} GiB: stop other jobs or lower "
                "engine.kv_cache_gib")
         return [Check("machine", "warn", detail, fix)]
+    if load > 2 * cores:
+        return [Check("machine", "warn", detail, "other jobs keep the cores busy: every timing "
+                                                 "(engine start, steps) will be slower")]
     return [Check("machine", "ok", detail)]
 
 

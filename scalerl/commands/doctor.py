@@ -31,13 +31,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from scalerl.doctor import run_checks
+    from scalerl.engine_log import last_words_to
 
     log = args.log or Path(tempfile.mkstemp(prefix="scalerl-doctor-", suffix=".log")[1])
     checks = run_checks(quick=args.quick, log_path=log)
     ok = all(c.status != "fail" for c in checks)
-    if args.json:
+    print_report(checks, ok, as_json=args.json)
+    if not args.quick:
+        last_words_to(log)  # the engine's libraries print a leak report at interpreter exit
+    return 0 if ok else 1
+
+
+def print_report(checks: list, ok: bool, *, as_json: bool) -> None:
+    if as_json:
         print(json.dumps({"ok": ok, "checks": [c.to_dict() for c in checks]}))
-        return 0 if ok else 1
+        return
     for c in checks:
         print(f"{MARK[c.status]}  {c.name:18s} {c.detail}")
         if c.fix:
@@ -45,5 +53,4 @@ def run(args: argparse.Namespace) -> int:
     failed = sum(c.status == "fail" for c in checks)
     warned = sum(c.status == "warn" for c in checks)
     print(f"{len(checks)} checks: {failed} failed, {warned} warnings"
-          + ("" if ok else "; `scalerl train` cannot run as it is"))
-    return 0 if ok else 1
+          + ("" if ok else "; `scalerl train` cannot run as it is"), flush=True)
