@@ -1,4 +1,4 @@
-"""Group preparation (truncation, NPR bookkeeping, zero-variance) and collation."""
+"""Group preparation (errors, truncation, NPR bookkeeping, zero-variance) and collation."""
 
 import dataclasses
 
@@ -13,6 +13,17 @@ from scalerl.trainer.filters import PromptRetirement
 def set_status(group, statuses):
     return [dataclasses.replace(r, score=Score(status=s, reward=1.0 if s == "correct" else -1.0))
             for r, s in zip(group, statuses, strict=True)]
+
+
+def in_group_order(batch, groups) -> list[int]:
+    """The batch row of each rollout, rollouts in group order (collate sorts rows by length)."""
+    rows = []
+    for r in (r for g in groups for r in g):
+        seq = [*r.prompt_token_ids, *r.token_ids]
+        rows.append(next(i for i in range(len(batch)) if i not in rows
+                         and batch.attention_mask[i].sum() == len(seq)
+                         and batch.input_ids[i, :len(seq)].tolist() == seq))
+    return rows
 
 
 def prepare(groups, retirement=None, **kw):
@@ -36,13 +47,14 @@ def test_collate_masks_forced_tokens_and_uses_generator_logprobs():
     groups = fake_groups(n_prompts=1, n=4)
     batch = collate(groups, normalise="none", aggregation="token", correct_reward=1.0,
                     wrong_reward=-1.0, pad_id=0)
-    first = groups[0][0]
+    first, row = groups[0][0], in_group_order(batch, groups)[0]
     n = len(first.token_ids)
     expected_mask = [0.0 if lp is None else 1.0 for lp in first.logprobs]
-    assert batch.mask[0, :n].tolist() == expected_mask
-    assert batch.mask[0, n:].sum() == 0
+    assert batch.mask[row, :n].tolist() == expected_mask
+    assert batch.mask[row, n:].sum() == 0
     sampled = [lp for lp in first.logprobs if lp is not None]
-    got = [v for v, m in zip(batch.old_logprobs[0, :n].tolist(), expected_mask, strict=True) if m]
+    got = [v for v, m in zip(batch.old_logprobs[row, :n].tolist(), expected_mask, strict=True)
+           if m]
     torch.testing.assert_close(torch.tensor(got), torch.tensor(sampled))
     torch.testing.assert_close(batch.weights.sum(), torch.tensor(1.0))
 
@@ -51,8 +63,9 @@ def test_std_scope_all_counts_filtered_rows_as_zero_advantages():
     groups = [set_status(fake_groups(1, 4)[0], ["correct", "wrong", "wrong", "wrong"])]
     common = dict(normalise="batch", aggregation="prompt", correct_reward=1.0,
                   wrong_reward=-1.0, pad_id=0, eps=0.0)
-    kept_only = collate(groups, **common).advantages.squeeze(-1)
-    with_all = collate(groups, zero_rows=4, **common).advantages.squeeze(-1)
+    kept, with_zero = collate(groups, **common), collate(groups, zero_rows=4, **common)
+    kept_only = kept.advantages.squeeze(-1)[in_group_order(kept, groups)]
+    with_all = with_zero.advantages.squeeze(-1)[in_group_order(with_zero, groups)]
     # centred [1.5, -.5, -.5, -.5]: var 0.75 over 4 rows, 0.375 over 8 rows (4 zeros added)
     torch.testing.assert_close(kept_only, torch.tensor([1.5, -0.5, -0.5, -0.5]) / 0.75 ** 0.5)
     torch.testing.assert_close(with_all, torch.tensor([1.5, -0.5, -0.5, -0.5]) / 0.375 ** 0.5)
@@ -71,7 +84,8 @@ def test_error_verdicts_are_left_out_and_the_baseline_comes_from_the_rest():
                     wrong_reward=-1.0, pad_id=0)
     # group 0 without its error: rewards (1, -1, -1), mean -1/3; group 1: (1, -1, -1, 1), mean 0
     expected = torch.tensor([4 / 3, -2 / 3, -2 / 3, 1.0, -1.0, -1.0, 1.0])
-    torch.testing.assert_close(batch.advantages.squeeze(-1), expected)
+    torch.testing.assert_close(batch.advantages.squeeze(-1)[in_group_order(batch, kept)],
+                               expected)
     assert len(batch) == 7
 
 
@@ -81,7 +95,8 @@ def test_errors_never_enter_the_batch_std():
     batch = collate(kept, normalise="batch", aggregation="prompt", correct_reward=1.0,
                     wrong_reward=-1.0, pad_id=0, eps=0.0)
     # (1, -1) centred is (1, -1), std 1; trained as -1 the errors would give (1.5, -.5, -.5, -.5)
-    torch.testing.assert_close(batch.advantages.squeeze(-1), torch.tensor([1.0, -1.0]))
+    torch.testing.assert_close(batch.advantages.squeeze(-1)[in_group_order(batch, kept)],
+                               torch.tensor([1.0, -1.0]))
 
 
 def test_a_group_left_with_fewer_than_two_rollouts_is_dropped():
@@ -93,3 +108,19 @@ def test_a_group_left_with_fewer_than_two_rollouts_is_dropped():
     assert kept == []
     assert (report.error_excluded, report.error_groups_dropped) == (7, 2)
     assert report.retired == 0 and not retirement.retired  # 1/1 correct is no evidence to retire
+
+
+def test_rows_come_out_shortest_first_with_their_own_advantages_and_weights():
+    groups = fake_groups(n_prompts=3, n=4, seed=2)
+    common = dict(normalise="none", aggregation="prompt", correct_reward=1.0, wrong_reward=-1.0,
+                  pad_id=0)
+    batch = collate(groups, **common)
+    lengths = batch.attention_mask.sum(1).tolist()
+    assert lengths == sorted(lengths) and len(set(lengths)) > 1
+    rows = in_group_order(batch, groups)
+    assert sorted(rows) == list(range(12))
+    for g, group in enumerate(groups):  # prompt aggregation: each prompt's weights sum to 1/3
+        torch.testing.assert_close(batch.weights[rows[4 * g:4 * g + 4]].sum(), torch.tensor(1 / 3))
+        rewards = torch.tensor([1.0 if r.score.correct else -1.0 for r in group])
+        torch.testing.assert_close(batch.advantages.squeeze(-1)[rows[4 * g:4 * g + 4]],
+                                   rewards - rewards.mean())
