@@ -54,11 +54,15 @@ def step_line(step: int, total: int, metrics: Mapping[str, Any]) -> str:
     shown = [("reward", "reward/mean", "+.3f"), ("loss", "loss/value", ".3g"),
              ("ent", "policy/entropy", ".3g"), ("trunc", "rollout/truncated_frac", ".2f"),
              ("err", "batch/error_excluded_frac", ".2f")]
-    parts = [f"step {step}/{total}"] + [f"{name} {metrics[key]:{fmt}}" for name, key, fmt in shown
-                                        if _finite(metrics.get(key))]
+    parts = [f"{name} {metrics[key]:{fmt}}" for name, key, fmt in shown
+             if _finite(metrics.get(key))]
     if _finite(metrics.get("rollout/tokens_per_s")):
         parts.append(f"{si(metrics['rollout/tokens_per_s'])} tok/s")
-    return " ".join(parts)[:WIDTH]
+    line = f"step {step}/{total}"
+    for part in parts:  # whole figures only: one that does not fit is left out
+        if len(line) + 1 + len(part) <= WIDTH:
+            line = f"{line} {part}"
+    return line
 
 
 def validation_line(step: int, metrics: Mapping[str, Any]) -> str:

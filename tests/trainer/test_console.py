@@ -18,8 +18,12 @@ def test_a_step_line_holds_its_figures_in_80_columns():
     assert line == ("step 12/120 reward -0.352 loss -0.0753 ent 0.134 trunc 0.00 err 0.25 "
                     "10.6k tok/s")
     assert len(line) <= 80
+    long = step_line(100, 120, STEP | {"loss/value": -0.000123456})
+    assert long == "step 100/120 reward -0.352 loss -0.000123 ent 0.134 trunc 0.00 err 0.25"
     huge = step_line(123456, 999999, {k: -123456.789 for k in STEP})
-    assert len(huge) == 80  # cut, never wrapped
+    assert len(huge) <= 80 and huge.split() == ["step", "123456/999999", "reward", "-123456.789",
+                                                "loss", "-1.23e+05", "ent", "-1.23e+05",
+                                                "-123k", "tok/s"]  # trunc, err did not fit
 
 
 def test_held_out_figures_are_per_task_pass_at_1():
