@@ -74,17 +74,17 @@ def time_step(cfg, model_path: str, batches: list) -> dict[str, float]:
     import torch
 
     from scalerl.trainer.offpolicy import step_settings
-    from scalerl.trainer.policy import PolicyModule, load_policy
+    from scalerl.trainer.policy import load_policy
     from scalerl.trainer.step import train_step
-    from scalerl.training import build_accelerator, policy_dtype, set_cpu_threads
+    from scalerl.training import build_accelerator, build_policy, policy_dtype, set_cpu_threads
 
     set_cpu_threads(cfg.policy.cpu_threads)
-    acc = build_accelerator(cfg.policy.dtype)
+    acc = build_accelerator(cfg.policy)
     o = cfg.optim
-    model = load_policy(model_path, policy_dtype(cfg.policy.dtype))
-    opt = torch.optim.AdamW(model.parameters(), lr=o.lr, eps=o.eps, weight_decay=o.weight_decay)
+    policy = build_policy(cfg.policy, model_path, acc)  # the run's own policy module
+    opt = torch.optim.AdamW(policy.parameters(), lr=o.lr, eps=o.eps, weight_decay=o.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
-    policy, opt = acc.prepare(PolicyModule(model), opt)
+    policy, opt = acc.prepare(policy, opt)
     bare = load_policy(model_path, policy_dtype(cfg.policy.dtype))
     bare_opt = torch.optim.AdamW(bare.parameters(), lr=o.lr, eps=o.eps)
     settings = step_settings(cfg)
