@@ -50,7 +50,10 @@ def build(tied: bool, shard: bool, accelerator, ckpt: Path | None):
     if shard:  # sharded runs also recompute activations: neither may change the step
         enable_gradient_checkpointing(model)
         shard_policy(policy, accelerator.device, bf16=False, fp32_head=True)
-    opt = torch.optim.AdamW(policy.parameters(), lr=3e-3, weight_decay=0.01)
+    # eps 1e-6, not 1e-8: with a tiny eps AdamW's first move is lr * sign(g) even where g is
+    # roundoff (a true zero summed in another order), so the two layouts would differ by 2 lr
+    # there on some CPUs (seen in CI). Gradients of the sizes that train are 1e3 times larger.
+    opt = torch.optim.AdamW(policy.parameters(), lr=3e-3, weight_decay=0.01, eps=1e-6)
     if not shard:
         policy, opt = accelerator.prepare(policy, opt)
     return policy, opt
