@@ -31,7 +31,7 @@ from scalerl.rollout.weight_files import write_weights
 from scalerl.rollout.weights import (
     WeightsUnknownError,
     WeightUpdateError,
-    check_tensors,
+    checked_tensors,
     checkpoint_shapes,
     expand_versions,
 )
@@ -77,21 +77,28 @@ class Generator(BaseGenerator):
                       seed: int | None) -> Sampled:
         await self._gate.wait()  # never start a request in the middle of a weight update
         params = self._params(max_tokens, temperature, seed)
-        rid = f"r{next(self._ids)}"
-        self._live[rid] = [(0, self._version)]
+        version, rid = self._version, f"r{next(self._ids)}"
+        self._live[rid] = [(0, version)]
+        # The salt keeps a request started after an update off KV blocks computed under older
+        # weights (an in-place reload keeps the prefix cache); a prompt's rollouts share it.
+        request = {"prompt_token_ids": prompt, "cache_salt": f"v{version}"}
         try:
             final = None
-            async for out in self._llm.generate({"prompt_token_ids": prompt}, params, rid):
+            async for out in self._llm.generate(request, params, rid):
                 final = out
         finally:
             marks = self._live.pop(rid)
+        return self._sampled(final, marks)
+
+    @staticmethod
+    def _sampled(final, marks: list[tuple[int, int]]) -> Sampled:
         done = final.outputs[0]
         tokens = list(done.token_ids)
         flat = done.logprobs
         logprobs = list(flat.logprobs) if len(flat.logprobs) == len(tokens) else [
             flat.logprobs[flat.start_indices[i]] for i in range(len(tokens))]
         return Sampled(tokens, logprobs, expand_versions(marks, len(tokens)),
-                       done.finish_reason == "stop")
+                       done.finish_reason == "stop", final.num_cached_tokens or 0)
 
     # ---- weights, pausing ----------------------------------------------------------------
     def update_weights(self, named_tensors: Iterable, version: int, *,
@@ -126,9 +133,7 @@ class Generator(BaseGenerator):
         """The tensors, each checked against the checkpoint's names and shapes as it passes."""
         if self._checkpoint_shapes is None:
             self._checkpoint_shapes = checkpoint_shapes(self.model_path)
-        for name, tensor in named_tensors:
-            check_tensors([(name, tensor)], self._checkpoint_shapes, what, self.model_path)
-            yield name, tensor
+        return checked_tensors(named_tensors, self._checkpoint_shapes, what, self.model_path)
 
     async def _restore(self, error: WeightUpdateError, timeout_s: float) -> None:
         """After a failed reload (still paused): load the previous version's files again, then
@@ -237,6 +242,11 @@ class Generator(BaseGenerator):
     def weight_sync_client(self) -> EngineSyncClient:
         """vLLM's `VLLMWeightSyncClient` protocol over this engine (for the NCCL transport)."""
         return EngineSyncClient(self)
+
+    def weight_sync_group(self) -> tuple[str, int]:
+        """The NCCL group of a weight transfer: the rendezvous address (this host) and the world
+        size (the trainer's sender plus the engine's workers)."""
+        return "127.0.0.1", 1 + self.config.tensor_parallel_size
 
     def in_flight(self) -> dict[str, int]:
         """Tokens generated so far by each running engine request (request id -> count)."""

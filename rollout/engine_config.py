@@ -1,8 +1,10 @@
 """How the vLLM engine is started (`EngineConfig`), and how much memory it holds.
 
 Memory is always explicit: KV-cache GiB and the host/GPU memory share are fields, never vLLM's
-defaults. `process_tree_rss_mb` reports a process's resident memory with its descendants (the
-engine core and workers). No engine is started here.
+defaults. `servers` switches generation from an engine in this process to vLLM servers
+(rollout/server_generator.py); a server is started with the same arguments
+(rollout/server_command.py translates `vllm_kwargs`). `process_tree_rss_mb` reports a process's
+resident memory with its descendants (the engine core and workers). No engine is started here.
 """
 
 from __future__ import annotations
@@ -56,17 +58,32 @@ class EngineConfig:
     weights_dir: str | None = None
     """Where new policy weights are staged for the engine to reload (None: the system's temp
     dir). Servers on other machines need a directory they can read (shared storage)."""
+    servers: tuple[str, ...] = ()
+    """URLs of vLLM servers to generate on (`scalerl serve`), e.g. `http://10.0.0.5:8000`;
+    empty: one engine in this process. Requests go to the server with the least outstanding
+    work, the n rollouts of a prompt to one server; the servers must read `weights_dir`."""
+    server_timeout_s: float = 30.0
+    """Timeout of every control call to a server (health, pause, reload, resume, version); a
+    server that does not answer its health probe within it is treated as hung."""
+    server_request_timeout_s: float = 1800.0
+    """Timeout of one generation request to a server."""
+    server_wait_s: float = 300.0
+    """How long generation waits for a usable server when none is left before giving up (a
+    training run then writes a checkpoint and stops; `--resume` continues)."""
 
     @property
     def batched_tokens(self) -> int:
         return self.max_num_batched_tokens or max(4096, self.max_model_len)
 
-    def vllm_kwargs(self, model: str, *, fp32_head: bool) -> dict:
+    def vllm_kwargs(self, model: str, *, fp32_head: bool, gpu: bool | None = None) -> dict:
         """vLLM engine arguments for `model` (AsyncEngineArgs / `vllm.LLM`): the Generator's
-        engine and `scalerl bench rollout`'s bare baseline start from the same ones.
-        `fp32_head` (the policy's setting, `policy.fp32_head`) runs the LM head in FP32."""
-        import torch
+        engine, `scalerl serve`'s server and `scalerl bench rollout`'s bare baseline start from
+        the same ones. `fp32_head` (the policy's setting, `policy.fp32_head`) runs the LM head in
+        FP32; `gpu` says where the engine runs (None: a GPU if this machine has one)."""
+        if gpu is None:
+            import torch
 
+            gpu = torch.cuda.is_available()
         kwargs = dict(
             model=model, dtype=self.dtype, max_model_len=self.max_model_len,
             gpu_memory_utilization=self.memory_fraction, seed=self.seed,
@@ -79,8 +96,7 @@ class EngineConfig:
             # ("CPU Generator does not use offset"); whole-prompt prefills avoid it.
             enable_chunked_prefill=self.chunked_prefill,
             # on CPU the KV cache is VLLM_CPU_KVCACHE_SPACE (process_env)
-            kv_cache_memory_bytes=int(self.kv_cache_gib * 2**30) if torch.cuda.is_available()
-            else None,
+            kv_cache_memory_bytes=int(self.kv_cache_gib * 2**30) if gpu else None,
         )
         if self.weight_transfer == "nccl":
             kwargs["weight_transfer_config"] = {"backend": "nccl"}
@@ -106,6 +122,15 @@ class EngineConfig:
         if not 0 < self.memory_fraction <= 1 or self.kv_cache_gib <= 0:
             raise ValueError(f"EngineConfig needs 0 < memory_fraction <= 1 and kv_cache_gib > 0, "
                              f"got {self.memory_fraction} and {self.kv_cache_gib}")
+        for url in self.servers:
+            if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                raise ValueError(f"EngineConfig.servers: {url!r} is not a URL; valid: "
+                                 "http://HOST:PORT or https://HOST:PORT")
+        if len(set(self.servers)) != len(self.servers):
+            raise ValueError(f"EngineConfig.servers lists a server twice: {list(self.servers)}")
+        for name in ("server_timeout_s", "server_request_timeout_s", "server_wait_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"EngineConfig.{name} must be > 0, got {getattr(self, name)}")
 
 
 def process_tree_rss_mb(pid: int | None = None,

@@ -28,6 +28,11 @@ UNSCORED = Score(status="error", reward=-1.0, detail="not scored (score=False)")
 _END = object()
 
 
+class GeneratorUnavailable(RuntimeError):
+    """The generator cannot serve now (e.g. no vLLM server answered for `engine.server_wait_s`);
+    nothing it returned is lost, so a training run checkpoints and stops, and resumes later."""
+
+
 @dataclass
 class Sampled:
     """What one sampling request returned."""
@@ -38,6 +43,8 @@ class Sampled:
     """Policy version of each sampled token."""
     ended: bool
     """True when it stopped on EOS (not on its token limit)."""
+    cached: int = 0
+    """Prompt tokens the engine took from its prefix cache."""
 
 
 class BaseGenerator:
@@ -81,6 +88,10 @@ class BaseGenerator:
 
     def memory(self) -> dict[str, float]:
         raise NotImplementedError
+
+    def metrics(self) -> dict[str, float]:
+        """The backend's own counters for the training metrics (servers: up, lost, reissued)."""
+        return {}
 
     # ---- plumbing -------------------------------------------------------------------------
     def _call(self, coro, timeout_s: float | None, what: str):
@@ -150,7 +161,7 @@ class BaseGenerator:
             finish_reason=reason, thinking_tokens=thinking, answer_tokens=answer,
             completion=completion, score=score, group=group,
             timings={"gen_s": gen_end - t0, "score_s": score_s, "gen_end": gen_end},
-            meta={"thinking_budget": plan.thinking,
+            meta={"thinking_budget": plan.thinking, "cached_tokens": first.cached,
                   "sampled_tokens": len(tokens) - sum(lp is None for lp in logprobs)})
 
     def too_long(self, sample: Sample, prompt: list[int], longest: int,

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from scalerl.envs.base import Sample
 from scalerl.rollout.buffer import Batch, BufferClosed, GroupBuffer, PromptGroup, lag_metrics
+from scalerl.rollout.generator import GeneratorUnavailable
 from scalerl.rollout.types import Budget, Rollout
 
 
@@ -167,12 +168,15 @@ class PipelineRL:
     # -- trainer side ---------------------------------------------------------------------
     def take_batch(self, trainer_version: int, timeout_s: float) -> Batch:
         """The next B groups, lag <= max_lag (see `GroupBuffer.take_batch`). Raises the
-        pipeline's own error (chained) if generation failed, BufferTimeout after `timeout_s`."""
+        pipeline's own error (chained) if generation failed (GeneratorUnavailable as itself),
+        BufferTimeout after `timeout_s`."""
         if self._thread is None:
             raise RuntimeError("PipelineRL.take_batch: call start() first")
         try:
             batch = self.buffer.take_batch(trainer_version, timeout_s)
         except BufferClosed as e:
+            if isinstance(self._error, GeneratorUnavailable):  # the caller may stop and resume
+                raise GeneratorUnavailable(str(self._error)) from self._error
             if self._error is not None:
                 raise RuntimeError(f"PipelineRL generation failed: {self._error!r}") \
                     from self._error

@@ -8,7 +8,7 @@ engine here (rollout/weight_files.py writes the tensors the engine reloads).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 
@@ -74,3 +74,12 @@ def check_tensors(tensors: Sequence[tuple[str, torch.Tensor]],
         if tuple(t.shape) != known[name]:
             raise WeightUpdateError(f"{what}: tensor {name!r} has shape {tuple(t.shape)}, the "
                                     f"model expects {known[name]}")
+
+
+def checked_tensors(named: Iterable[tuple[str, torch.Tensor]], known: dict[str, tuple[int, ...]],
+                    what: str, where: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """The (name, tensor) pairs, each checked with `check_tensors` as it passes (one at a time,
+    so a stream of tensors is never held whole)."""
+    for name, tensor in named:
+        check_tensors([(name, tensor)], known, what, where)
+        yield name, tensor

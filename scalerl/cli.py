@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, str] = {
     "sandbox": "run programs in the sandbox; list, check and build backends",
     "tiny": "build (or find cached) the tiny CPU model",
     "generate": "generate scored rollouts with the vLLM engine",
+    "serve": "start a vLLM server for generation on other processes or machines",
     "train": "train a policy with a ScaleRL recipe",
     "eval": "evaluate checkpoints on held-out sets (pass@k, mean@n)",
     "fit": "fit the sigmoid compute-performance curve",

@@ -4,11 +4,13 @@ tasks, then `trainer.offpolicy.train`.
 `preflight(cfg)` applies the run's sandbox settings and checks that every task's verifier can work
 here, before any model or engine is touched. `run_training(cfg, run_dir, model_path, ckpt)` is
 what `scalerl train`, `scalerl bench train` and the tests call: it applies the sandbox settings,
-decides which GPUs train and which generate (scalerl/placement.py), builds Accelerate (its
-collective timeout from the config), the policy (gradient checkpointing, chunked LM head, FSDP2
-sharding when asked: trainer/sharding.py), starts the vLLM Generator on rank 0 with the policy's
-LM-head precision (its own output into `engine_log` when given) while the other ranks wait
-outside the collective timeout (trainer/waiting.py), resolves the task mixture and trains. No
+decides which GPUs train and which generate (scalerl/placement.py; with `engine.servers` the
+engine is elsewhere and every GPU trains), builds Accelerate (its collective timeout from the
+config), the policy (gradient checkpointing, chunked LM head, FSDP2 sharding when asked:
+trainer/sharding.py), starts the generator on rank 0 (a vLLM engine in this process, its own
+output into `engine_log` when given, or the `engine.servers`) with the policy's LM-head precision
+while the other ranks wait outside the collective timeout (trainer/waiting.py), resolves the task
+mixture and trains. No
 argument parsing, no printing of results (scalerl/commands/train.py does that); rank 0 prints the
 start-up facts (placement, the trainer state's bytes per parameter) to stderr.
 """
@@ -56,14 +58,15 @@ def check_launch(accelerator) -> None:
 
 
 def place_gpus(cfg: RunConfig) -> Placement | None:
-    """Which GPUs train and which generate (None on CPU); narrows this process's CUDA view to
-    the trainer's GPUs, so it must run before CUDA starts."""
+    """Which GPUs train and which generate (None on CPU, or when generation is on
+    `engine.servers`); narrows this process's CUDA view to the trainer's GPUs, so it must run
+    before CUDA starts."""
     import torch
 
     from scalerl.placement import apply_to_trainer, plan_placement, visible_gpus
 
     count = torch.cuda.device_count()  # NVML: does not start CUDA
-    if count == 0:
+    if count == 0 or cfg.engine.servers:  # no GPU, or the engine runs on the servers
         return None
     if LAUNCH_GPUS not in os.environ:
         os.environ[LAUNCH_GPUS] = ",".join(visible_gpus(count,
@@ -118,16 +121,17 @@ def preflight(cfg: RunConfig) -> None:
 
 
 def start_generator(cfg: RunConfig, model_path: str, engine_log: Path | None):
-    """The vLLM Generator of the run; with `engine_log`, everything the engine says goes there."""
-    from scalerl.rollout.engine import Generator
+    """The run's generator (rollout/generators.py: the vLLM engine in this process, or the
+    `engine.servers`); with `engine_log`, everything an in-process engine says goes there."""
+    from scalerl.rollout.generators import make_generator
 
-    if engine_log is None:
-        return Generator(model_path, config=cfg.engine, fp32_head=cfg.policy.fp32_head)
+    if engine_log is None or cfg.engine.servers:
+        return make_generator(model_path, cfg.engine, fp32_head=cfg.policy.fp32_head)
     from scalerl.engine_log import output_to, route_vllm_logging
 
     route_vllm_logging(engine_log)
     with output_to(engine_log):
-        return Generator(model_path, config=cfg.engine, fp32_head=cfg.policy.fp32_head)
+        return make_generator(model_path, cfg.engine, fp32_head=cfg.policy.fp32_head)
 
 
 def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | None = None, *,
@@ -168,6 +172,9 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
     wait_for_rank0()  # the other ranks wait for the engine here, outside the collective timeout
     set_cpu_threads(cfg.policy.cpu_threads)  # after the engine starts: its processes keep theirs
     devices = None if placement is None else placement.held(accelerator.num_processes)
+    if cfg.engine.servers:  # the compute axis counts the servers' devices too
+        devices = accelerator.num_processes + len(cfg.engine.servers) * (
+            cfg.engine.tensor_parallel_size)
     try:
         run = train(cfg, model=policy, tokenizer=tokenizer, generator=generator, tasks=tasks,
                     run_dir=run_dir, accelerator=accelerator, resume_from=ckpt,

@@ -1,9 +1,14 @@
-"""Session-wide fixtures: the tiny model and ONE vLLM engine shared by every slow test.
+"""Session-wide fixtures: the tiny model, ONE vLLM engine and ONE pair of vLLM servers shared
+by every slow test.
 
 `tiny_model_path` builds (or finds cached) the tiny model; `engine` starts one `Generator` on it
 for the whole session (vLLM start-up is ~20-60 s on 2 cores). Tests that change the engine's
 weights must put the original ones back (see tests/rollout/test_engine.py); its `version` may
-therefore be above 0 when a test starts. Both fixtures are for tests marked `slow`.
+therefore be above 0 when a test starts. `vllm_servers` starts two real servers with `scalerl
+serve` (~70-120 s on 2 cores, ~2.7 GiB each); the tests that use them run last in the session
+(so the servers live only meanwhile), the one marked `kills_server` after all the others, and
+the servers are stopped, with a check that no process of theirs is left, when the session ends.
+All these fixtures are for tests marked `slow`.
 """
 
 from __future__ import annotations
@@ -34,3 +39,29 @@ def engine(tiny_model_path, engine_config):
     generator = Generator(tiny_model_path, config=engine_config)
     yield generator
     generator.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests on the shared servers run last; the one that kills a server after the others."""
+    def rank(item) -> int:
+        if "vllm_servers" not in getattr(item, "fixturenames", ()):
+            return 0
+        return 2 if item.get_closest_marker("kills_server") else 1
+    items.sort(key=rank)  # stable: the order within each rank is kept
+
+
+@pytest.fixture(scope="session")
+def vllm_servers(tiny_model_path, tmp_path_factory):
+    from serverset import ServerSet
+
+    servers = ServerSet(tiny_model_path, 2, tmp_path_factory.mktemp("servers"))
+    try:
+        servers.start_all()
+        yield servers
+    finally:
+        left = servers.stop_all()
+        assert not left, f"server processes left after the session: {left}"
+
+
+
+

@@ -5,7 +5,9 @@ rollout source, filter and collate them, take one exact optimizer step, hand the
 source, log, validate and checkpoint. The source (`SOURCES[offpolicy.mode]`) decides when
 generation happens and when weights reach the generator. Verifier failures (`error` verdicts) are
 never trained on; when they pass `filters.max_error_frac` for `filters.error_patience` steps in a
-row the loop checkpoints and stops early, with the reason in `Run.stopped`. Building the model,
+row the loop checkpoints and stops early, with the reason in `Run.stopped`. When generation
+becomes unavailable (GeneratorUnavailable: no vLLM server left) it checkpoints and raises
+RunStopped. Building the model,
 the generator and the tasks is the glue's (scalerl/training.py); this module never imports vLLM.
 """
 
@@ -22,6 +24,7 @@ import torch
 
 from scalerl.envs.task import Task
 from scalerl.rollout.evaluate import evaluate
+from scalerl.rollout.generator import GeneratorUnavailable
 from scalerl.rollout.types import Budget
 from scalerl.trainer.batch import GroupReport, collate, prepare_groups
 from scalerl.trainer.checkpoint import (
@@ -103,6 +106,26 @@ def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str
                 devices)
     if resume_from is not None:
         restore(run, resume_from)
+    try:
+        loop(run)
+    except GeneratorUnavailable as exc:  # e.g. no vLLM server left: keep what we have, stop
+        checkpoint(run)
+        finish(run)
+        raise RunStopped(f"stopped at step {run.step}: {exc}; a checkpoint is written under "
+                         f"{run.run_dir}/checkpoints: continue with --resume once generation "
+                         "is back") from exc
+    finish(run)
+    return run
+
+
+class RunStopped(RuntimeError):
+    """The run stopped before its last step with a checkpoint written; `--resume` continues."""
+
+
+def loop(run: Run) -> None:
+    """Validate at step 0, then step, publish, log, validate and checkpoint to `cfg.steps` (or
+    until verifier errors stop the run)."""
+    cfg = run.cfg
     if run.step == 0:
         validate_heldout(run)
     while run.step < cfg.steps:
@@ -123,8 +146,6 @@ def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str
             validate_heldout(run)
         if due(run.step, cfg.checkpoint.every) or run.step == cfg.steps:
             checkpoint(run)
-    finish(run)
-    return run
 
 
 def stop_for_errors(run: Run, groups: list[Group]) -> bool:
@@ -256,9 +277,18 @@ def hand_weights(run: Run) -> None:
 
 def next_groups(run: Run) -> tuple[list[Group], dict[str, float]]:
     """Rank 0 asks the source; the other ranks wait for it (outside the trainer's collective
-    timeout: generation can take hours) and receive the same groups."""
-    return broadcast_from_rank0(run.source.next_groups(run.step) if run.source is not None
-                                else None)
+    timeout: generation can take hours) and receive the same groups, or its
+    GeneratorUnavailable, so that every rank stops."""
+    payload: Any = None
+    if run.source is not None:
+        try:
+            payload = run.source.next_groups(run.step)
+        except GeneratorUnavailable as exc:
+            payload = exc
+    payload = broadcast_from_rank0(payload)
+    if isinstance(payload, GeneratorUnavailable):
+        raise payload
+    return payload
 
 
 def filter_groups(run: Run, groups: list[Group]) -> tuple[list[Group], GroupReport]:

@@ -62,7 +62,7 @@ class PipelineSource:
         metrics["async/batch_prompts_hash"] = prompts_hash(
             [f"{g.sample.task}/{g.sample.id}" for g in batch.groups])
         groups, skipped = skip_too_long([list(g.rollouts) for g in batch.groups])
-        return groups, metrics | skipped
+        return groups, metrics | skipped | self.generator.metrics()
 
     def on_step(self, version: int, weights: Weights) -> dict[str, float]:
         """Publish policy `version` into the generator now (mid-generation)."""

@@ -240,10 +240,11 @@ def make_publisher(transport: str, generator: Any, *, timeout_s: float = 300.0) 
     if transport == "files":
         return FilesPublisher(generator, timeout_s=timeout_s)
     if transport == "nccl":
-        return NCCLPublisher(generator.weight_sync_client(), master_address="127.0.0.1",
+        address, world_size = generator.weight_sync_group()
+        return NCCLPublisher(generator.weight_sync_client(), master_address=address,
                              master_port=free_port(), timeout_s=timeout_s,
-                             world_size=1 + generator.config.tensor_parallel_size,
-                             hold=generator.hold, release=generator.release)
+                             world_size=world_size, hold=generator.hold,
+                             release=generator.release)
     raise ValueError(f"unknown weight transport {transport!r}; known: files, nccl")
 
 

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import torch
 
 from scalerl.envs.base import Sample
+from scalerl.rollout.generator import GeneratorUnavailable
 from scalerl.rollout.types import Budget, Rollout
 from scalerl.trainer.filters import Group
 from scalerl.trainer.publish import FilesPublisher, Publisher
@@ -127,11 +128,18 @@ class PPOOffPolicy:
 
     def _generate_round(self) -> dict[str, float]:
         s = self.s
+        position = self.sampler.state_dict() if hasattr(self.sampler, "state_dict") else None
         samples = [self.sampler() for _ in range(s.k * s.prompts_per_step)]
         seed = round_seed(s.seed, self.round)
         t = time.perf_counter()
-        groups = generate_groups(self.generator, samples, s.budgets, n=s.rollouts_per_prompt,
-                                 temperature=s.temperature, seed=seed)
+        try:
+            groups = generate_groups(self.generator, samples, s.budgets,
+                                     n=s.rollouts_per_prompt, temperature=s.temperature,
+                                     seed=seed)
+        except GeneratorUnavailable:  # a checkpoint taken now must not skip these prompts
+            if position is not None:
+                self.sampler.load_state_dict(position)
+            raise
         took = time.perf_counter() - t
         self.gen_s += took
         self.round += 1
@@ -139,7 +147,7 @@ class PPOOffPolicy:
         self.pending = [groups[i * p:(i + 1) * p] for i in range(s.k)]
         tokens = sum(len(r.token_ids) for g in groups for r in g)
         return {"rollout/gen_s": took, "rollout/tokens_per_s": tokens / max(took, 1e-9),
-                "rollout/round_tokens": float(tokens)}
+                "rollout/round_tokens": float(tokens)} | self.generator.metrics()
 
     def idle(self) -> dict[str, float]:
         return {"gen_s": self.gen_s, "sync_s": self.sync_s}

@@ -5,7 +5,9 @@ scoring, and with each completion scored as it finishes. Both engines are starte
 and warmed up, the GC heap frozen once for both, then the four paths are timed in turn, each
 after a pause, `--repeats` times; the best of each is kept (shared, noisy machine). Targets:
 wrapper and scoring cost each <= 10%. The wrapper ratio is against bare vLLM with the same
-sampling parameters (logprobs, seeds), plain beside it.
+sampling parameters (logprobs, seeds), plain beside it. With `--server URL` the in-process
+Generator is timed the same way beside generation on those vLLM servers (same seeds, so the same
+tokens; target >= 0.85x).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="timed rounds (best kept; default 3)")
     parser.add_argument("--max-tokens", type=positive_int, default=96,
                         help="completion cap (default 96)")
+    parser.add_argument("--server", action="append", metavar="URL",
+                        help="measure generation on this vLLM server (`scalerl serve`, same "
+                        "model) beside the in-process Generator instead (repeatable)")
 
 
 SETTLE_S = 1.5
@@ -120,6 +125,55 @@ def _measure(args, model: str, samples, budget, config) -> tuple[list[dict], dic
     return passes, latency, memory
 
 
+def _measure_servers(args, model: str, samples, budget, config) -> list[dict]:
+    """The in-process Generator and the servers' generator, both warmed up, timed in turn
+    (same seeds, so the same tokens) `args.repeats` times -> passes of name -> (tokens, s)."""
+    import dataclasses
+
+    from scalerl.rollout.engine import Generator, freeze_heap
+    from scalerl.rollout.server_generator import ServerGenerator
+
+    gen, remote = Generator(model, config=config), None
+    try:
+        remote = ServerGenerator(model, config=dataclasses.replace(
+            config, servers=tuple(args.server)))
+        for g in (gen, remote):
+            g.generate(samples[:8], n=4, budget=budget, score=False)  # warm-up
+        freeze_heap()
+        passes = []
+        for seed in range(args.repeats):
+            times = {}
+            for name, g in (("engine", gen), ("server", remote)):
+                time.sleep(SETTLE_S)
+                t = time.perf_counter()
+                rollouts = g.generate(samples, n=args.n, budget=budget, temperature=1.0,
+                                      seed=seed, score=False)
+                tokens = sum(sum(lp is not None for lp in r.logprobs) for r in rollouts)
+                times[name] = (tokens, max(r.timings["gen_end"] for r in rollouts) - t)
+            passes.append(times)
+    finally:
+        if remote is not None:
+            remote.close()
+        gen.close()
+    return passes
+
+
+def run_servers(args, model: str, samples, budget, config) -> int:
+    passes = _measure_servers(args, model, samples, budget, config)
+    best = {name: max(tok / s for tok, s in (p[name] for p in passes)) for name in passes[0]}
+    result = {"engine_tok_s": round(best["engine"], 1), "server_tok_s": round(best["server"], 1),
+              "server_ratio": round(best["server"] / best["engine"], 3),
+              "servers": list(args.server), "rollouts": len(samples) * args.n,
+              "task": args.task, "repeats": args.repeats}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"Generator in this process : {result['engine_tok_s']:>9.1f} tok/s")
+        print(f"Generator on {len(args.server)} server(s)  : {result['server_tok_s']:>9.1f} tok/s "
+              f"(ratio {result['server_ratio']:.3f}; target >= 0.85)")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from scalerl.envs.catalog import get_task
     from scalerl.models import resolve_model
@@ -131,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
     # Thinking budget past the natural length: no interruptions, so all three do the same work.
     budget = Budget(thinking=args.max_tokens, answer=args.max_tokens, total=args.max_tokens)
     config = EngineConfig(kv_cache_gib=1.0, memory_fraction=0.1, max_model_len=1024)
+    if args.server:
+        return run_servers(args, model, samples, budget, config)
     passes, latency, memory = _measure(args, model, samples, budget, config)
     best = _best(passes)
     result = {

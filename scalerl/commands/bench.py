@@ -12,7 +12,7 @@ import importlib
 HELP = "benchmarks of the hot paths (verify, sandbox, rollout, train, ...), each beside a baseline"
 
 BENCHES: tuple[str, ...] = ("verify", "sandbox", "code", "rollout", "train", "trainer", "fit",
-                           "weights", "startup")
+                           "weights", "startup", "pipeline")
 """Benchmark names: modules of scalerl/benches/."""
 
 

@@ -3,7 +3,8 @@
 `add_engine_args` / `add_budget_args` declare the flags once (`generate`, `eval`, ...), and
 `engine_config` / `override_budget` turn them into an `EngineConfig` and a `Budget` on top of a
 base (a run's config.yaml, or the defaults), so a flag means the same thing in every command.
-`start_generator` starts the engine and turns a failure into one line (`EngineStartError`).
+`start_generator` starts the engine (or connects to `--server` URLs) and turns a failure into one
+line (`EngineStartError`).
 A flag left out keeps the base's value; nothing here parses task or model names.
 """
 
@@ -28,8 +29,13 @@ class EngineStartError(RuntimeError):
     """The vLLM engine could not start; the message is one line naming the model and why."""
 
 
-def add_engine_args(parser: argparse.ArgumentParser) -> None:
+def add_engine_args(parser: argparse.ArgumentParser, *, servers: bool = True) -> None:
+    """The engine flags; `servers`: also `--server URL` (generate on vLLM servers)."""
     g = parser.add_argument_group("engine (unset flags: the run's config.yaml, else defaults)")
+    if servers:
+        g.add_argument("--server", action="append", metavar="URL",
+                       help="generate on this vLLM server (`scalerl serve`) instead of an engine "
+                       "in this process; repeat for several")
     g.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                    help="engine weights dtype (default float32)")
     g.add_argument("--fp32-head", action=argparse.BooleanOptionalAction, default=None,
@@ -87,6 +93,8 @@ def engine_config(args: argparse.Namespace, model: str,
     flags = {"dtype": args.dtype, "kv_cache_gib": args.kv_cache_gib,
              "memory_fraction": args.memory_fraction, "max_model_len": args.max_model_len,
              "max_num_seqs": args.max_num_seqs}
+    if getattr(args, "server", None):  # commands without --server leave the base's servers
+        flags["servers"] = tuple(args.server)
     changes = {k: v for k, v in flags.items() if v is not None}
     config = dataclasses.replace(base, **changes)
     if own is not None and config.max_model_len > own:
@@ -96,12 +104,15 @@ def engine_config(args: argparse.Namespace, model: str,
 
 
 def start_generator(model: str, config: EngineConfig, *, fp32_head: bool, **kwargs):
-    """A started `Generator`; EngineStartError (one line) when vLLM refuses or fails to start."""
-    from scalerl.rollout.engine import Generator
+    """A started generator (on `config.servers` when set, else in this process); EngineStartError
+    (one line) when vLLM refuses or fails to start, or no server answers."""
+    from scalerl.rollout.generators import make_generator
 
     try:
-        return Generator(model, config=config, fp32_head=fp32_head, **kwargs)
+        return make_generator(model, config, fp32_head=fp32_head, **kwargs)
     except Exception as exc:  # vLLM raises many types; the user needs the model and the reason
-        reason = " ".join(str(exc).split())[:300] or type(exc).__name__
-        raise EngineStartError(f"the vLLM engine did not start for {model}: "
+        reason = " ".join(str(exc).split())[:600] or type(exc).__name__
+        where = f"the vLLM servers {', '.join(config.servers)}" if config.servers else (
+            "the vLLM engine")
+        raise EngineStartError(f"{where} did not start for {model}: "
                                f"{type(exc).__name__}: {reason}") from exc

@@ -3,7 +3,9 @@
 Rows (`Rollout.to_row()`) are written and flushed as each rollout finishes; a progress bar runs on
 stderr and a summary (pass rate, interrupted/truncated fractions, tokens/s, scoring latency,
 engine memory) follows. `--model tiny` uses the cached tiny model (built if missing). The engine
-itself is `scalerl.rollout.engine.Generator`; this module parses arguments and prints.
+is `scalerl.rollout.engine.Generator`, or vLLM servers with `--server URL` (rollout/
+server_generator.py: the same rollouts for the same seeds); this module parses arguments and
+prints.
 """
 
 from __future__ import annotations

@@ -120,12 +120,19 @@ def _exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
+STOPPED = 75
+"""Exit code of a run stopped because generation is unavailable (EX_TEMPFAIL: retry later;
+a checkpoint is written, `--resume` continues)."""
+
+
 def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict | None = None,
                   verbose: bool = False) -> int:
     from scalerl.engine_log import ENGINE_LOG, hide_progress_bars, last_words_to
     from scalerl.models import resolve_model
+    from scalerl.rollout.generator import GeneratorUnavailable
     from scalerl.rollout.model_files import ModelNotFoundError
     from scalerl.trainer.checkpoint import latest_checkpoint
+    from scalerl.trainer.offpolicy import RunStopped
     from scalerl.training import PeakRSS, run_training
 
     _exit_on_sigterm()
@@ -152,6 +159,9 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict 
     except (ConfigError, ModelNotFoundError) as e:  # no such model; GPUs or launch do not fit
         print(f"scalerl train: {e}", file=sys.stderr)
         return 2
+    except (RunStopped, GeneratorUnavailable) as exc:  # no generation for now: try again later
+        print(f"scalerl train: {exc}", file=sys.stderr)
+        return STOPPED
     if result is None:
         return 0
     _report(result, run_dir, time.perf_counter() - start, peak.stop())

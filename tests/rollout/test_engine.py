@@ -216,3 +216,39 @@ def test_engine_start_freezes_the_gc_heap(engine):
 
     # the torch/transformers/vLLM heap is never rescanned by a full collection
     assert gc.get_freeze_count() > 100_000
+
+
+def test_a_prefix_computed_before_an_update_is_not_reused_after_it(engine, tiny_model_path):
+    """An in-place reload keeps vLLM's prefix cache; each request is salted with its policy
+    version, so the first request after an update recomputes the prompt under the new weights
+    (its first logprobs match a fresh forward of the new model), while requests of one version
+    still share the prompt's blocks (128 tokens each on CPU)."""
+    from transformers import AutoModelForCausalLM
+
+    base = checkpoint(tiny_model_path)
+    key = "model.layers.0.self_attn.k_proj.weight"
+    changed = {**base, key: base[key] * 2.0}  # layer 0's keys change: the prompt's KV changes
+    long = [Sample(id="long", task="arith", prompt="1+" * 100 + "1=")]
+    v = engine.version
+
+    def sample(seed: int):
+        (r,) = engine.generate(long, n=1, budget=Budget(thinking=None, answer=4),
+                               temperature=1.0, seed=seed, score=False)
+        return r
+
+    sample(1)
+    assert sample(2).meta["cached_tokens"] >= 128
+    engine.update_weights(changed.items(), v + 1)
+    try:
+        after = sample(3)
+        assert after.meta["cached_tokens"] == 0
+        assert sample(4).meta["cached_tokens"] >= 128
+    finally:
+        engine.update_weights(base.items(), v + 2)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    model.load_state_dict(changed, strict=False)
+    ids = torch.tensor([list(after.prompt_token_ids) + list(after.token_ids)])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(after.prompt_token_ids) - 1: -1]
+    fresh = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(after.token_ids)[:, None])
+    assert list(after.logprobs) == pytest.approx(fresh[:, 0].tolist(), abs=1e-4)

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from scalerl.envs.base import Sample, Score
+from scalerl.rollout.generator import GeneratorUnavailable
 from scalerl.rollout.types import Budget, Rollout
 from scalerl.trainer.pipeline_source import PipelineSource
 from scalerl.trainer.sampler import TaskSampler
@@ -33,6 +34,9 @@ class SeededGenerator:
         list(named_tensors)
         self.updates.append(version)
         self.version = version
+
+    def metrics(self):
+        return {}
 
     def generate(self, samples, *, n, budget, temperature, seed, scorer=None):
         out = []
@@ -206,3 +210,40 @@ def test_the_loop_warns_once_per_task_with_prompts_too_long():
         warn_too_long(run, {"rollout/prompt_too_long/code": 2.0, "rollout/prompt_too_long": 2.0})
     warn_too_long(run, {"rollout/prompt_too_long/code": 1.0})  # already warned: silent
     assert len(printed) == 1 and "engine.max_model_len" in printed[0]
+
+
+class UnavailableOnce(SeededGenerator):
+    """Generation unavailable on the first call (no server left), then back."""
+
+    def __init__(self):
+        super().__init__()
+        self.failed = False
+
+    def generate(self, samples, **kw):
+        if not self.failed:
+            self.failed = True
+            raise GeneratorUnavailable("no vLLM server usable for 5 s")
+        return super().generate(samples, **kw)
+
+
+@pytest.mark.parametrize("kind", [PPOOffPolicy, PipelineSource])
+def test_unavailable_generation_surfaces_as_itself_and_loses_no_prompt(kind):
+    """The loop checkpoints on GeneratorUnavailable: the source's state then must hold every
+    prompt drawn, so the resumed run trains what an uninterrupted one would."""
+    failing, fine = UnavailableOnce(), SeededGenerator()
+    source = kind(failing, sampler(), settings(max_lag=0))
+    reference = kind(fine, sampler(), settings(max_lag=0))
+    try:
+        with pytest.raises(GeneratorUnavailable, match="no vLLM server usable"):
+            source.next_groups(0)
+        state = source.state_dict()
+    finally:
+        source.close()
+    resumed = kind(SeededGenerator(), sampler(), settings(max_lag=0))
+    resumed.load_state_dict(state)
+    try:
+        assert [key(g) for g in drive(resumed, steps=2)] == [key(g) for g in drive(reference,
+                                                                                  steps=2)]
+    finally:
+        resumed.close()
+        reference.close()

@@ -1,0 +1,153 @@
+"""`scalerl bench pipeline`: PipelineRL's overlap with a trainer on its own device, simulated.
+
+On a 2-core machine generation alone fills both cores, so a real trainer step here steals from
+generation and PipelineRL cannot show what it gains when the trainer has its own GPUs. This bench
+keeps everything real but the step: the generator (vLLM in this process, or `--server` URLs), the
+rollout sources (PPO-offpolicy-1 and PipelineRL-k with its driver, buffer and lag bound) and the
+weight publishing (the policy's weights, in flight for PipelineRL) run as in training, while the
+optimizer step is replaced by a stand-in that sleeps for the step time measured first on the
+real trainer (this model, a batch generated here), holding no CPU. Prints steps/s of both
+modes, their ratio, and ideal_ratio: what perfect overlap of the measured per-step generation,
+step and publishing times would give, (gen + step + sync) / (max(gen, step) + sync).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from scalerl.benches import positive_int
+
+HELP = ("PipelineRL vs PPO-offpolicy steps/s with the trainer step simulated off this machine "
+        "(real engine, driver and weight publishing)")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", type=positive_int, default=12,
+                        help="timed steps per mode (default 12)")
+    parser.add_argument("--config", default="tiny-cpu", help="recipe or YAML file")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override (repeatable)")
+    parser.add_argument("--server", action="append", metavar="URL",
+                        help="generate on this vLLM server (repeatable) instead of in-process")
+    parser.add_argument("--step-s", type=float,
+                        help="stand-in step seconds (default: measured on the real trainer)")
+
+
+def build(args: argparse.Namespace, run_dir: Path):
+    """(config, run with a PPO source, tasks, generator); the generator is started."""
+    from transformers import AutoTokenizer
+
+    from scalerl.config import load_config, validate
+    from scalerl.envs.catalog import get_task
+    from scalerl.models import resolve_model
+    from scalerl.rollout.generators import make_generator
+    from scalerl.trainer.offpolicy import TrainTask, setup
+    from scalerl.training import apply_sandbox, build_accelerator, build_policy
+
+    sets = ["val.every=0", "checkpoint.every=0", "log.progress=false", "log.tensorboard=false",
+            "offpolicy.mode=ppo", "offpolicy.k=1", *args.set]
+    cfg = validate(load_config(args.config, sets))
+    if args.server:
+        cfg = dataclasses.replace(cfg, engine=dataclasses.replace(
+            cfg.engine, servers=tuple(args.server)))
+    apply_sandbox(cfg)
+    model_path = resolve_model(cfg.policy.model)
+    tasks = {t.name: TrainTask(get_task(t.name), t.budget, t.weight) for t in cfg.tasks}
+    generator = make_generator(model_path, cfg.engine, fp32_head=cfg.policy.fp32_head)
+    accelerator = build_accelerator(cfg.policy)
+    policy = build_policy(cfg.policy, model_path, accelerator)
+    run = setup(cfg, policy, AutoTokenizer.from_pretrained(model_path), generator, tasks,
+                run_dir, accelerator)
+    return cfg, run, tasks, generator
+
+
+SETTLE_S = 1.5
+"""Pause before timing the real step: vLLM's worker spins for ~1 s after its last step."""
+
+
+def measure_step_s(run, repeats: int = 3) -> float:
+    """Seconds of the real optimizer step on a batch generated here, the engine idle (the best of
+    `repeats`: a trainer on its own device does not share it)."""
+    from scalerl.trainer.offpolicy import filter_groups, next_groups, optimise
+
+    for _ in range(5):
+        kept, report = filter_groups(run, next_groups(run)[0])
+        if kept:
+            break
+    time.sleep(SETTLE_S)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        optimise(run, kept, report)
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def drive(source, steps: int, step_s: float, weights, first_version: int) -> dict[str, float]:
+    """`steps` + 1 loop iterations with the stand-in step; steps/s over the last `steps`."""
+    ends = []
+    for i in range(steps + 1):
+        source.next_groups(first_version + i)
+        time.sleep(step_s)  # the trainer on its own device: no CPU taken from generation
+        source.on_step(first_version + i + 1, weights)
+        ends.append(time.perf_counter())
+    idle = source.idle()
+    source.close()
+    return {"steps_per_s": steps / (ends[-1] - ends[0]), "steps": steps,
+            "gen_s_per_step": idle["gen_s"] / (steps + 1),
+            "sync_s_per_step": idle["sync_s"] / (steps + 1)}
+
+
+def measure(args: argparse.Namespace) -> dict:
+    from scalerl.trainer.offpolicy import make_sampler, source_settings, unwrap
+    from scalerl.trainer.pipeline_source import PipelineSource
+    from scalerl.trainer.policy import named_weights
+    from scalerl.trainer.publish import make_publisher
+    from scalerl.trainer.sources import PPOOffPolicy
+
+    with tempfile.TemporaryDirectory(prefix="scalerl-bench-pipeline-") as tmp:
+        cfg, run, tasks, generator = build(args, Path(tmp))
+        try:
+            step_s = args.step_s if args.step_s is not None else measure_step_s(run)
+            settings = source_settings(cfg, tasks)
+
+            def weights():
+                return named_weights(unwrap(run))
+
+            def source(kind):
+                publisher = make_publisher(cfg.engine.weight_transfer, generator)
+                return kind(generator, make_sampler(cfg, tasks, run.retirement), settings,
+                            publisher)
+
+            pipe = drive(source(PipelineSource), args.steps, step_s, weights, generator.version)
+            ppo = drive(source(PPOOffPolicy), args.steps, step_s, weights, generator.version)
+        finally:
+            run.writer.close()
+            generator.close()
+    gen, sync = ppo["gen_s_per_step"], ppo["sync_s_per_step"]
+    return {"ppo": ppo, "pipelinerl": pipe, "step_s": step_s,
+            "ratio": pipe["steps_per_s"] / ppo["steps_per_s"],
+            "ideal_ratio": (gen + step_s + sync) / (max(gen, step_s) + sync),
+            "max_lag": cfg.offpolicy.max_lag, "prompts_per_step": cfg.offpolicy.prompts_per_step,
+            "rollouts_per_prompt": cfg.offpolicy.rollouts_per_prompt,
+            "generation": "servers" if args.server else "in-process"}
+
+
+def run(args: argparse.Namespace) -> int:
+    result = measure(args)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    for mode in ("ppo", "pipelinerl"):
+        r = result[mode]
+        print(f"{mode:>10}: {r['steps_per_s']:.3f} steps/s (generation {r['gen_s_per_step']:.2f} "
+              f"s/step, publishing {r['sync_s_per_step']:.3f} s/step)")
+    print(f"stand-in step {result['step_s']:.2f} s; PipelineRL-{result['max_lag']} / PPO: "
+          f"x{result['ratio']:.2f} (ideal x{result['ideal_ratio']:.2f}; targets >= 0.85 x ideal "
+          "and >= 1.5)")
+    return 0
