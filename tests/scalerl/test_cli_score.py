@@ -155,12 +155,15 @@ def test_interrupted_run_keeps_the_rows_it_scored(tmp_path):
     import sys
 
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
-    src.write_text(rows_text([sleepy(1, 0), sleepy(2, 3), sleepy(3, 0), sleepy(4, 0)]))
+    # Row 2 runs 8 s, so Ctrl-C lands while it runs even if this process is starved for seconds
+    # on a loaded machine (once, with 3 s, the run had finished before the signal was sent).
+    src.write_text(rows_text([sleepy(1, 0), sleepy(2, 8), sleepy(3, 0), sleepy(4, 0)]))
     proc = subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE, str(src), str(out)],
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not (out.exists() and out.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
