@@ -201,7 +201,7 @@ def test_prompts_too_long_are_skipped_and_counted_per_task():
 def test_the_loop_warns_once_per_task_with_prompts_too_long():
     from types import SimpleNamespace
 
-    from scalerl.trainer.offpolicy import warn_too_long
+    from scalerl.trainer.step_log import warn_too_long
 
     printed = []
     run = SimpleNamespace(step=3, warned_too_long=set(),
