@@ -152,7 +152,7 @@ def tiny_model() -> list[Check]:
     path = cache_root() / "tiny" / recipe_hash(recipe, warm_start_texts(recipe))
     if (path / "tiny.json").exists():
         return [Check("tiny model", "ok", str(path))]
-    return [Check("tiny model", "warn", f"not built yet ({path})",
+    return [Check("tiny model", "warn", f"absent from the cache ({path})",
                   "`scalerl tiny` builds it (about 2.5 min on 2 cores); `scalerl train` does too")]
 
 
