@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from scalerl.rollout.engine_config import EngineConfig, process_tree_rss_mb
+from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.generator import BaseGenerator, Sampled
 from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.weight_files import write_weights
@@ -269,10 +269,6 @@ class Generator(BaseGenerator):
             self._gate.set()
         self._user_paused = False
         self._call(go(), 2 * timeout_s, "resuming generation")
-
-    def memory(self) -> dict[str, float]:
-        """Resident memory of this process and the engine's child processes, in MiB."""
-        return process_tree_rss_mb()
 
     def close(self) -> None:
         if getattr(self, "_llm", None) is not None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from scalerl.envs.base import Sample, Score
 from scalerl.rollout import budget as B
+from scalerl.rollout.engine_config import process_tree_rss_mb
 from scalerl.rollout.scorer import Scorer
 from scalerl.rollout.types import Budget, Rollout
 
@@ -87,7 +88,9 @@ class BaseGenerator:
         raise NotImplementedError
 
     def memory(self) -> dict[str, float]:
-        raise NotImplementedError
+        """Resident memory of this process and its children (an in-process engine's core and
+        workers; a server's memory is its own to report), in MiB."""
+        return process_tree_rss_mb()
 
     def metrics(self) -> dict[str, float]:
         """The backend's own counters for the training metrics (servers: up, lost, reissued)."""

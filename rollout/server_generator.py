@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlparse
 
-from scalerl.rollout.engine_config import EngineConfig, process_tree_rss_mb
+from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.generator import BaseGenerator, GeneratorUnavailable, Sampled
 from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.server_pool import RequestRejected, Server, ServerError, ServerPool
@@ -251,8 +251,8 @@ class ServerGenerator(BaseGenerator):
                     await self._each("POST", "/resume", servers=live)
                     self._gate.set()
                 resume_s = time.perf_counter() - t
-        return {k: max(r[k] for r in updated) for k in updated[0]} | {"resume_s": resume_s} \
-            if updated else {"resume_s": resume_s}
+        slowest = {k: max(r[k] for r in updated) for k in updated[0]} if updated else {}
+        return slowest | {"resume_s": resume_s}
 
     async def _update_one(self, server: Server, target: Path, version: int, timeout_s: float,
                           what: str) -> dict[str, float] | str | None:
@@ -341,10 +341,6 @@ class ServerGenerator(BaseGenerator):
 
     def metrics(self) -> dict[str, float]:
         return self.pool.counts() | {"servers/reissued_total": float(self.reissued)}
-
-    def memory(self) -> dict[str, float]:
-        """Resident memory of this client process (the servers' is theirs to report), MiB."""
-        return process_tree_rss_mb()
 
     def close(self) -> None:
         if self.pool is not None:
