@@ -27,6 +27,10 @@ pytestmark = pytest.mark.slow
 SETS = ["offpolicy.mode=ppo", "checkpoint.every=2", "checkpoint.keep=5", "val.every=2",
         "val.n=2", "val.limit=8", "offpolicy.prompts_per_step=4",
         "offpolicy.rollouts_per_prompt=4", "log.progress=false", "log.tensorboard=false",
+        # Every step trains: with the zero-variance filter on, how many of the 4 steps keep a
+        # prompt depends on what the tiny model samples on this machine (2 of 4 on one CI run).
+        # Prompts whose rollouts agree still reach the loss with zero advantage.
+        "filters.zero_variance=false",
         "tasks=[{name: arith, weight: 1, budget: {thinking: 48, answer: 16}}]"]
 SHARDED = ["policy.sharding=fsdp2", "policy.collective_timeout_s=5"]
 
@@ -83,12 +87,14 @@ def runs(tmp_path_factory, tied_model):
 def test_two_sharded_ranks_train_like_one_process(runs):
     a, b = steps_of(runs["one"]), steps_of(runs["two"])
     assert sorted(a) == sorted(b) == [1, 2, 3, 4]
-    trained = [s for s in a if "loss/value" in a[s]]
-    assert len(trained) >= 3, "too few optimizer steps to compare"
+    for run in (a, b):  # every step is an optimizer step (no filter can empty one)
+        assert all("loss/value" in run[s] and "optim/grad_norm" in run[s] for s in run), run
+    # At least one step moves the weights (a prompt with mixed verdicts), so the comparison below
+    # covers a real gradient, not only zeros.
+    assert max(a[s]["optim/grad_norm"] for s in a) > 1e-6
     for step in a:
         for key in ("reward/mean", "loss/value", "rollout/length_mean", "optim/grad_norm"):
-            if key in a[step]:
-                assert b[step][key] == pytest.approx(a[step][key], rel=1e-3, abs=1e-6), (step, key)
+            assert b[step][key] == pytest.approx(a[step][key], rel=1e-3, abs=1e-6), (step, key)
     assert "sharded over 2" in runs["stderr"]  # the start-up line: bytes per parameter
 
 
@@ -100,7 +106,7 @@ def test_vllm_generates_with_the_weights_each_step_published(runs):
     a, b = steps_of(runs["one"]), steps_of(runs["two"])
     kls = [(a[s]["policy/mismatch_kl"], b[s]["policy/mismatch_kl"]) for s in b
            if "policy/mismatch_kl" in b[s]]
-    assert len(kls) >= 3
+    assert len(kls) == 4
     for one, two in kls:
         assert two == pytest.approx(one, rel=0.05, abs=1e-9) and two < 1e-4, kls
 
