@@ -8,13 +8,8 @@ and `envs/code/`. Nothing here generates text or trains; nothing here imports ro
 
 from scalerl.envs.base import SPLITS, STATUSES, Sample, Score
 from scalerl.envs.catalog import get_kind, get_task, task_names
-from scalerl.envs.registry import (
-    Kind,
-    UnknownTaskError,
-    register_kind,
-    register_task,
-    register_task_prefix,
-)
+from scalerl.envs.kinds import Kind, UnknownTaskError, register_kind
+from scalerl.envs.registry import register_task, register_task_prefix
 from scalerl.envs.task import Task
 
 __all__ = ["SPLITS", "STATUSES", "Kind", "Sample", "Score", "Task", "UnknownTaskError",

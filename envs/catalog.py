@@ -13,13 +13,14 @@ import os
 import threading
 from importlib import metadata
 
+import scalerl.envs.kinds as kind_registry
 import scalerl.envs.registry as registry
 from scalerl.envs.code import tasks as _code_tasks  # noqa: F401 - humaneval, synth_code
 from scalerl.envs.code import verifier as _code_kind  # noqa: F401 - the `code` kind
+from scalerl.envs.kinds import Kind
 from scalerl.envs.math import arith as _arith  # noqa: F401 - arith, arith:<levels>
 from scalerl.envs.math import reasoning_gym as _reasoning_gym  # noqa: F401 - rg:<dataset>
 from scalerl.envs.math import verifier as _math_kind  # noqa: F401 - the `math` kind
-from scalerl.envs.registry import Kind
 from scalerl.envs.spec import register_task_file
 from scalerl.envs.task import Task
 
@@ -49,7 +50,7 @@ def get_task(name: str) -> Task:
 def get_kind(name: str) -> Kind:
     """The kind registered as `name`; UnknownTaskError listing the known kinds otherwise."""
     _ensure_loaded()
-    return registry.lookup_kind(name)
+    return kind_registry.lookup_kind(name)
 
 
 def task_names() -> list[str]:
@@ -60,7 +61,7 @@ def task_names() -> list[str]:
 
 def kinds() -> list[str]:
     _ensure_loaded()
-    return registry.kind_names()
+    return kind_registry.kind_names()
 
 
 def prefixes() -> dict[str, str]:

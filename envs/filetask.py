@@ -16,8 +16,8 @@ from typing import Any
 from scalerl.envs.base import Sample
 from scalerl.envs.code import verifier as _code_kind  # noqa: F401 - registers the `code` kind
 from scalerl.envs.data import DataError, assign_splits, check_fractions, load_rows, prompt_key
+from scalerl.envs.kinds import GoldReader, lookup_kind
 from scalerl.envs.math import verifier as _math_kind  # noqa: F401 - registers the `math` kind
-from scalerl.envs.registry import GoldReader, lookup_kind
 from scalerl.envs.task import Task
 
 PROMPT_COLUMNS: tuple[str, ...] = ("prompt", "problem", "question")

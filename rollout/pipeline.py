@@ -15,13 +15,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from scalerl.envs.base import Sample
+from scalerl.rollout.base_generator import GeneratorUnavailable
 from scalerl.rollout.buffer import Batch, BufferClosed, GroupBuffer, PromptGroup, lag_metrics
-from scalerl.rollout.generator import GeneratorUnavailable
 from scalerl.rollout.types import Budget, Rollout
 
 
 class GeneratorLike(Protocol):
-    """What the pipeline needs of `rollout.engine.Generator`."""
+    """What the pipeline needs of `rollout.engine.EngineGenerator`."""
 
     @property
     def version(self) -> int: ...

@@ -35,8 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlparse
 
+from scalerl.rollout.base_generator import BaseGenerator, GeneratorUnavailable, Sampled
 from scalerl.rollout.engine_config import EngineConfig
-from scalerl.rollout.generator import BaseGenerator, GeneratorUnavailable, Sampled
 from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.server_pool import RequestRejected, Server, ServerError, ServerPool
 from scalerl.rollout.weight_files import write_weights

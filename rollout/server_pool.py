@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from scalerl.rollout.generator import GeneratorUnavailable
+from scalerl.rollout.base_generator import GeneratorUnavailable
 
 logger = logging.getLogger(__name__)
 

@@ -171,9 +171,9 @@ def engine_start(log_path: Path) -> list[Check]:
     t = time.perf_counter()
     try:
         with output_to(log_path):
-            from scalerl.rollout.engine import Generator
+            from scalerl.rollout.engine import EngineGenerator
 
-            with Generator(path, config=EngineConfig(max_model_len=256)) as gen:
+            with EngineGenerator(path, config=EngineConfig(max_model_len=256)) as gen:
                 started = time.perf_counter() - t
                 rollout = gen.generate([Sample(id="0", task="arith", prompt="1+1=")], n=1,
                                        budget=Budget(answer=16), temperature=1.0, seed=0)[0]

@@ -121,9 +121,9 @@ def preflight(cfg: RunConfig) -> None:
 
 
 def start_generator(cfg: RunConfig, model_path: str, engine_log: Path | None):
-    """The run's generator (rollout/generators.py: the vLLM engine in this process, or the
+    """The run's generator (rollout/factory.py: the vLLM engine in this process, or the
     `engine.servers`); with `engine_log`, everything an in-process engine says goes there."""
-    from scalerl.rollout.generators import make_generator
+    from scalerl.rollout.factory import make_generator
 
     if engine_log is None or cfg.engine.servers:
         return make_generator(model_path, cfg.engine, fp32_head=cfg.policy.fp32_head)
@@ -142,7 +142,7 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
     from scalerl.envs.catalog import get_task
     from scalerl.placement import engine_env
     from scalerl.rollout.weights import check_precision_match
-    from scalerl.trainer.offpolicy import TrainTask, train
+    from scalerl.trainer.loop import TrainTask, train
     from scalerl.trainer.publish import make_publisher
     from scalerl.trainer.sharding import memory_line
     from scalerl.trainer.waiting import init_waiting, wait_for_rank0

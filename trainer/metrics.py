@@ -1,8 +1,9 @@
 """Training metrics: per-step figures from rollouts, a compute clock, and the writers.
 
 `rollout_metrics` turns one step's groups into reward, pass-rate, length and finish-reason
-figures; `ComputeClock` accumulates training device-seconds (validation apart) and tokens across
-resumes; `MetricsWriter` appends one JSON line per step to metrics.jsonl, mirrors scalars to
+figures, and `step_metrics` adds the optimizer step's statistics and the batch filters' counts;
+`ComputeClock` accumulates training device-seconds (validation apart) and tokens across resumes;
+`MetricsWriter` appends one JSON line per step to metrics.jsonl, mirrors scalars to
 TensorBoard and hands the figures to the console (trainer/console.py: a progress bar, a line per
 validation). Stable grouped keys (`reward/mean`, `loss/clip_frac`, ...). No training here.
 """
@@ -18,7 +19,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from scalerl.trainer.batch import GroupReport
 from scalerl.trainer.filters import Group
+
+STEP_KEYS = {"loss": "loss/value", "entropy": "policy/entropy", "clip_frac": "loss/clip_frac",
+             "cispo_trunc_frac": "loss/cispo_trunc_frac", "is_ratio": "is_ratio/mean",
+             "is_ratio_min": "is_ratio/min", "is_ratio_max": "is_ratio/max",
+             "mismatch_kl": "policy/mismatch_kl", "grad_norm": "optim/grad_norm",
+             "train_tokens": "batch/train_tokens", "batch/empty": "batch/empty"}
+"""The optimizer step's statistics (trainer/step.py) -> their stable metric keys."""
 
 
 def _mean(values: list[float]) -> float:
@@ -50,6 +59,26 @@ def rollout_metrics(groups: list[Group]) -> dict[str, float]:
         out[f"reward/{task}"] = _mean([r.reward for r in rs])
         out[f"train/{task}/pass_rate"] = _mean([r.score.correct for r in rs])
     return out
+
+
+def step_metrics(groups: list[Group], report: GroupReport, gen: dict[str, float],
+                 stats: dict[str, float], *, train_s: float, retired: int, prompts: int,
+                 lr: float) -> dict[str, float]:
+    """Everything one optimizer step logs but the compute axis: the rollouts' figures, the
+    generator's (`gen`), the step's statistics under `STEP_KEYS`, the batch filters' counts
+    (`retired` of `prompts` training prompts retired so far) and the trainer's throughput."""
+    metrics = rollout_metrics(groups) | gen
+    metrics |= {STEP_KEYS[k]: v for k, v in stats.items() if k in STEP_KEYS}
+    return metrics | {
+        "batch/zero_variance_frac": report.zero_variance / max(report.groups_in, 1),
+        "batch/retired_frac": retired / max(prompts, 1),
+        "batch/retired_now": float(report.retired),
+        "batch/truncated_dropped": float(report.truncated_dropped),
+        "batch/error_excluded_frac": report.error_excluded_frac,
+        "batch/error_groups_dropped": float(report.error_groups_dropped),
+        "trainer/tokens_per_s": stats.get("tokens_total", 0.0) / max(train_s, 1e-9),
+        "trainer/step_s": train_s, "optim/lr": lr,
+    }
 
 
 class ComputeClock:

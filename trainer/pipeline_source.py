@@ -14,7 +14,7 @@ from typing import Any
 from scalerl.rollout.pipeline import PipelineRL
 from scalerl.trainer.filters import Group
 from scalerl.trainer.publish import FilesPublisher, Publisher
-from scalerl.trainer.sources import SourceSettings, Weights, round_seed, skip_too_long
+from scalerl.trainer.sources import LazyWeights, SourceSettings, round_seed, skip_too_long
 
 
 def generator_busy_s(metrics: dict[str, float]) -> float:
@@ -64,7 +64,7 @@ class PipelineSource:
         groups, skipped = skip_too_long([list(g.rollouts) for g in batch.groups])
         return groups, metrics | skipped | self.generator.metrics()
 
-    def on_step(self, version: int, weights: Weights) -> dict[str, float]:
+    def on_step(self, version: int, weights: LazyWeights) -> dict[str, float]:
         """Publish policy `version` into the generator now (mid-generation)."""
         if version == self.generator.version:
             return {}

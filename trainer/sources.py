@@ -1,6 +1,6 @@
 """Rollout sources: where the training loop's groups come from, behind one interface.
 
-`RolloutSource` is what `trainer/offpolicy.py` calls: `next_groups` before a step, `on_step` after
+`RolloutSource` is what `trainer/loop.py` calls: `next_groups` before a step, `on_step` after
 it. `PPOOffPolicy` (here) generates k minibatches with one policy and pushes the weights into the
 generator before the next round; `PipelineSource` (trainer/pipeline_source.py) streams with
 in-flight updates behind the same calls. The loop picks one by `offpolicy.mode` from its
@@ -19,12 +19,12 @@ from typing import Any, Protocol
 import torch
 
 from scalerl.envs.base import Sample
-from scalerl.rollout.generator import GeneratorUnavailable
+from scalerl.rollout.base_generator import GeneratorUnavailable
 from scalerl.rollout.types import Budget, Rollout
 from scalerl.trainer.filters import Group
 from scalerl.trainer.publish import FilesPublisher, Publisher
 
-Weights = Callable[[], Iterable[tuple[str, torch.Tensor]]]
+LazyWeights = Callable[[], Iterable[tuple[str, torch.Tensor]]]
 """Called when the weights are needed: (name, tensor) pairs of the current policy."""
 
 
@@ -34,7 +34,7 @@ class RolloutSource(Protocol):
     def next_groups(self, trainer_version: int) -> tuple[list[Group], dict[str, float]]:
         """The groups (n rollouts of one prompt each) of the next optimizer step, and metrics."""
 
-    def on_step(self, version: int, weights: Weights) -> dict[str, float]:
+    def on_step(self, version: int, weights: LazyWeights) -> dict[str, float]:
         """The trainer finished the step that produced policy `version`."""
 
     def ensure_synced(self) -> dict[str, float]:
@@ -98,7 +98,7 @@ class PPOOffPolicy:
         self.publisher = publisher or FilesPublisher(generator)
         self.pending: list[list[Group]] = []
         self.round = 0
-        self._weights: tuple[int, Weights] | None = None
+        self._weights: tuple[int, LazyWeights] | None = None
         self.gen_s = 0.0
         self.sync_s = 0.0
 
@@ -111,7 +111,7 @@ class PPOOffPolicy:
         groups, skipped = skip_too_long(self.pending.pop(0))
         return groups, metrics | skipped
 
-    def on_step(self, version: int, weights: Weights) -> dict[str, float]:
+    def on_step(self, version: int, weights: LazyWeights) -> dict[str, float]:
         self._weights = (version, weights)  # pushed lazily, right before the next round
         return {}
 

@@ -23,7 +23,7 @@ from typing import Any
 from scalerl.envs.base import Score, reward_for, truncate
 from scalerl.envs.code.files import CODE_COLUMNS, read_code_tests
 from scalerl.envs.code.plan import Plan, TestFormatError, plan_tests
-from scalerl.envs.registry import Kind, register_kind
+from scalerl.envs.kinds import Kind, register_kind
 from scalerl.sandbox import current_config
 from scalerl.sandbox.base import ExecResult, Limits
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from scalerl.envs.base import Sample, Score, reward_for, truncate
 from scalerl.envs.data import assign_splits, prompt_key
+from scalerl.envs.deadline_pool import Pool
 from scalerl.envs.math.files import last_boxed
 from scalerl.envs.math.verifier import MATH_SYSTEM_PROMPT, strip_thinking
-from scalerl.envs.pool import Pool
 from scalerl.envs.registry import UnknownTaskError, register_task_prefix
 from scalerl.envs.task import Task
 

@@ -2,11 +2,12 @@
 
 `score_math` strips the thinking part, caps the answer's length, decides a lone boxed integer
 against an integer gold at once (envs/math/exact.py), and checks anything else against the gold
-answer in a worker process (envs/pool.py) that is killed if it passes its deadline. Gold answers
-are parsed once per worker and cached; exact rationals are compared exactly before math-verify's
-float tolerance can call 1/2^98 equal to 1/2^99. It never raises: failures are `error`/`timeout`.
-Registers the `math` kind (with the Polaris/MATH gold reader of envs/math/files.py). It does not
-import math-verify until a worker checks an answer, and builds no tasks.
+answer in a worker process (envs/deadline_pool.py) that is killed if it passes its deadline.
+Gold answers are parsed once per worker and cached; exact rationals are compared exactly before
+math-verify's float tolerance can call 1/2^98 equal to 1/2^99. It never raises: failures are
+`error`/`timeout`. Registers the `math` kind (with the Polaris/MATH gold reader of
+envs/math/files.py). It does not import math-verify until a worker checks an answer, and builds
+no tasks.
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scalerl.envs.base import Score, reward_for, truncate
+from scalerl.envs.deadline_pool import Outcome, Pool
+from scalerl.envs.kinds import Kind, register_kind
 from scalerl.envs.math.exact import (  # noqa: F401 (exact_value: part of this module's API)
     exact_equal,
     exact_value,
     integer_verdict,
 )
 from scalerl.envs.math.files import MATH_GOLD_COLUMNS, read_math_gold
-from scalerl.envs.pool import Outcome, Pool
-from scalerl.envs.registry import Kind, register_kind
 
 MATH_SYSTEM_PROMPT = (
     "Solve the problem. Reason step by step, then give the final answer in \\boxed{}, "

@@ -45,8 +45,8 @@ def build(args: argparse.Namespace, run_dir: Path):
     from scalerl.config import load_config, validate
     from scalerl.envs.catalog import get_task
     from scalerl.models import resolve_model
-    from scalerl.rollout.generators import make_generator
-    from scalerl.trainer.offpolicy import TrainTask, setup
+    from scalerl.rollout.factory import make_generator
+    from scalerl.trainer.loop import TrainTask, setup
     from scalerl.training import apply_sandbox, build_accelerator, build_policy
 
     sets = ["val.every=0", "checkpoint.every=0", "log.progress=false", "log.tensorboard=false",
@@ -73,7 +73,7 @@ SETTLE_S = 1.5
 def measure_step_s(run, repeats: int = 3) -> float:
     """Seconds of the real optimizer step on a batch generated here, the engine idle (the best of
     `repeats`: a trainer on its own device does not share it)."""
-    from scalerl.trainer.offpolicy import filter_groups, next_groups, optimise
+    from scalerl.trainer.loop import filter_groups, next_groups, optimise
 
     for _ in range(5):
         kept, report = filter_groups(run, next_groups(run)[0])
@@ -104,7 +104,7 @@ def drive(source, steps: int, step_s: float, weights, first_version: int) -> dic
 
 
 def measure(args: argparse.Namespace) -> dict:
-    from scalerl.trainer.offpolicy import make_sampler, source_settings, unwrap
+    from scalerl.trainer.loop import make_sampler, source_settings, unwrap
     from scalerl.trainer.pipeline_source import PipelineSource
     from scalerl.trainer.policy import named_weights
     from scalerl.trainer.publish import make_publisher

@@ -1,13 +1,13 @@
-"""`scalerl bench rollout`: the Generator's tokens/s beside bare vLLM and with scoring overlapped.
+"""`scalerl bench rollout`: the in-process generator's tokens/s beside bare vLLM, with scoring.
 
-One run, same model, prompts and settings: bare `vllm.LLM.generate`, the Generator without
+One run, same model, prompts and settings: bare `vllm.LLM.generate`, the EngineGenerator without
 scoring, and with each completion scored as it finishes. Both engines are started side by side
 and warmed up, the GC heap frozen once for both, then the four paths are timed in turn, each
 after a pause, `--repeats` times; the best of each is kept (shared, noisy machine). Targets:
 wrapper and scoring cost each <= 10%. The wrapper ratio is against bare vLLM with the same
 sampling parameters (logprobs, seeds), plain beside it. With `--server URL` the in-process
-Generator is timed the same way beside generation on those vLLM servers (same seeds, so the same
-tokens; target >= 0.85x).
+EngineGenerator is timed the same way beside generation on those vLLM servers (same seeds, so
+the same tokens; target >= 0.85x).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 
 from scalerl.benches import positive_int
 
-HELP = "generation tokens/s: Generator with scoring vs without vs bare vllm.LLM.generate"
+HELP = "generation tokens/s: EngineGenerator with scoring vs without vs bare vllm.LLM.generate"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="completion cap (default 96)")
     parser.add_argument("--server", action="append", metavar="URL",
                         help="measure generation on this vLLM server (`scalerl serve`, same "
-                        "model) beside the in-process Generator instead (repeatable)")
+                        "model) beside the in-process EngineGenerator instead (repeatable)")
 
 
 SETTLE_S = 1.5
@@ -41,7 +41,7 @@ other engine's spin must not land in the next pass."""
 
 
 def _bare_engine(model: str, config):
-    """A bare `vllm.LLM` with the Generator's engine arguments."""
+    """A bare `vllm.LLM` with the EngineGenerator's engine arguments."""
     from vllm import LLM
 
     return LLM(**config.vllm_kwargs(model, fp32_head=True))
@@ -49,7 +49,7 @@ def _bare_engine(model: str, config):
 
 def _passes(llm, gen, scorer, samples, prompts, n: int, budget, seed: int) -> dict:
     """One pass of each measured path -> name -> (tokens, seconds to the last generated token,
-    seconds to the last verdict). Bare passes: plain defaults, and the Generator's sampling
+    seconds to the last verdict). Bare passes: plain defaults, and the EngineGenerator's sampling
     parameters (sampled-token logprobs, per-rollout seeds, no detokenization). Each round has its
     own `seed`: a scored pass never re-scores the completions of an earlier one (the verifier's
     caches would make scoring look free)."""
@@ -95,15 +95,16 @@ def _best(passes: list[dict]) -> dict[str, float]:
 
 def _measure(args, model: str, samples, budget, config) -> tuple[list[dict], dict, dict]:
     """Start both engines, warm them up, time `args.repeats` rounds -> (passes, scoring latency,
-    the Generator's memory: this process and its own engine processes, not the bare engine's)."""
+    the EngineGenerator's memory: this process and its own engine processes, not the bare
+    engine's)."""
     import psutil
     from tqdm import tqdm
 
-    from scalerl.rollout.engine import Generator, freeze_heap
+    from scalerl.rollout.engine import EngineGenerator, freeze_heap
     from scalerl.rollout.engine_config import process_tree_rss_mb
     from scalerl.rollout.scorer import Scorer
 
-    gen, llm = Generator(model, config=config), None
+    gen, llm = EngineGenerator(model, config=config), None
     try:
         own = [p.pid for p in psutil.Process().children(recursive=True)]
         prompts = [gen.prompt_ids(s) for s in samples]
@@ -126,14 +127,14 @@ def _measure(args, model: str, samples, budget, config) -> tuple[list[dict], dic
 
 
 def _measure_servers(args, model: str, samples, budget, config) -> list[dict]:
-    """The in-process Generator and the servers' generator, both warmed up, timed in turn
+    """The in-process EngineGenerator and the servers' generator, both warmed up, timed in turn
     (same seeds, so the same tokens) `args.repeats` times -> passes of name -> (tokens, s)."""
     import dataclasses
 
-    from scalerl.rollout.engine import Generator, freeze_heap
+    from scalerl.rollout.engine import EngineGenerator, freeze_heap
     from scalerl.rollout.server_generator import ServerGenerator
 
-    gen, remote = Generator(model, config=config), None
+    gen, remote = EngineGenerator(model, config=config), None
     try:
         remote = ServerGenerator(model, config=dataclasses.replace(
             config, servers=tuple(args.server)))
@@ -169,7 +170,8 @@ def run_servers(args, model: str, samples, budget, config) -> int:
         print(json.dumps(result))
     else:
         print(f"Generator in this process : {result['engine_tok_s']:>9.1f} tok/s")
-        print(f"Generator on {len(args.server)} server(s)  : {result['server_tok_s']:>9.1f} tok/s "
+        print(f"Generator on {len(args.server)} server(s)  : "
+              f"{result['server_tok_s']:>9.1f} tok/s "
               f"(ratio {result['server_ratio']:.3f}; target >= 0.85)")
     return 0
 

@@ -42,7 +42,7 @@ def step_batches(cfg, model_path: str, n: int) -> list:
     from scalerl.envs.catalog import get_task
     from scalerl.trainer.batch import collate
     from scalerl.trainer.filters import PromptRetirement
-    from scalerl.trainer.offpolicy import TrainTask, make_sampler, source_settings
+    from scalerl.trainer.loop import TrainTask, make_sampler, source_settings
     from scalerl.trainer.sources import generate_groups
     from scalerl.training import apply_sandbox, start_generator
 
@@ -73,7 +73,7 @@ def time_step(cfg, model_path: str, batches: list) -> dict[str, float]:
     """The trainer's step and a bare HF fwd+bwd+AdamW on the same batches, interleaved."""
     import torch
 
-    from scalerl.trainer.offpolicy import step_settings
+    from scalerl.trainer.loop import step_settings
     from scalerl.trainer.policy import load_policy
     from scalerl.trainer.step import train_step
     from scalerl.training import build_accelerator, build_policy, policy_dtype, set_cpu_threads

@@ -106,7 +106,7 @@ def engine_config(args: argparse.Namespace, model: str,
 def start_generator(model: str, config: EngineConfig, *, fp32_head: bool, **kwargs):
     """A started generator (on `config.servers` when set, else in this process); EngineStartError
     (one line) when vLLM refuses or fails to start, or no server answers."""
-    from scalerl.rollout.generators import make_generator
+    from scalerl.rollout.factory import make_generator
 
     try:
         return make_generator(model, config, fp32_head=fp32_head, **kwargs)

@@ -3,8 +3,8 @@
 `--rollouts FILE` aggregates rows (`scalerl generate` output) without a model; `--model PATH...`
 generates through the vLLM engine with a per-sample cache in `--out DIR/cache` and writes
 results.json, results.md and (for several checkpoints) results.png. The estimators are
-`scalerl.rollout.evaluate`'s (shared with the trainer's validation); the files are
-`scalerl.eval`'s. This module parses arguments and prints.
+`scalerl.rollout.heldout`'s (shared with the trainer's validation); the files are
+`scalerl.eval_report`'s. This module parses arguments and prints.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def parse_ks(text: str) -> tuple[int, ...]:
 
 
 def print_report(report: dict, ks: tuple[int, ...]) -> None:
-    from scalerl.eval import task_table
+    from scalerl.eval_report import task_table
 
     print("\n".join(task_table(report, ks)))
     notes = sorted({n for d in [*report["tasks"].values(), report["overall"]]
@@ -92,8 +92,8 @@ def print_report(report: dict, ks: tuple[int, ...]) -> None:
 
 
 def run_rollouts(args, ks) -> int:
-    from scalerl.eval import read_rollout_records
-    from scalerl.rollout.evaluate import aggregate
+    from scalerl.eval_report import read_rollout_records
+    from scalerl.rollout.heldout import aggregate
 
     report = aggregate(read_rollout_records(args.rollouts), ks).to_dict()
     if args.json:
@@ -119,7 +119,7 @@ def run_config_of(paths: list[str]):
 def prepare(args, ks) -> Plan:
     """Settings, models and engine of a --model run; ValueError before any engine starts."""
     from scalerl.envs.catalog import get_task
-    from scalerl.eval import EvalSettings, resolve_models
+    from scalerl.eval_report import EvalSettings, resolve_models
     from scalerl.preflight import check_tasks
 
     if args.n < 1 or (args.limit is not None and args.limit < 1) or args.chunk < 1:
@@ -160,7 +160,7 @@ def _temperature(args, run_cfg) -> float:
 
 
 def run_models(args, plan: Plan) -> int:
-    from scalerl.eval import run_eval
+    from scalerl.eval_report import run_eval
 
     def make_generator(path: str):
         return start_generator(path, plan.engine, fp32_head=plan.fp32_head)
@@ -185,7 +185,7 @@ def run_models(args, plan: Plan) -> int:
 def run(args: argparse.Namespace) -> int:
     from scalerl.coerce import ConfigError
     from scalerl.envs.registry import UnknownTaskError
-    from scalerl.eval import EvalInputError
+    from scalerl.eval_report import EvalInputError
     from scalerl.preflight import PREFLIGHT_EXIT, PreflightError
 
     try:

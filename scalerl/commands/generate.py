@@ -3,7 +3,7 @@
 Rows (`Rollout.to_row()`) are written and flushed as each rollout finishes; a progress bar runs on
 stderr and a summary (pass rate, interrupted/truncated fractions, tokens/s, scoring latency,
 engine memory) follows. `--model tiny` uses the cached tiny model (built if missing). The engine
-is `scalerl.rollout.engine.Generator`, or vLLM servers with `--server URL` (rollout/
+is `scalerl.rollout.engine.EngineGenerator`, or vLLM servers with `--server URL` (rollout/
 server_generator.py: the same rollouts for the same seeds); this module parses arguments and
 prints.
 """
@@ -90,7 +90,7 @@ def prepare(args: argparse.Namespace):
     task's verifier cannot work here, before any model is built or engine started."""
     from scalerl.envs.catalog import get_task
     from scalerl.preflight import check_tasks
-    from scalerl.rollout.evaluate import eval_samples
+    from scalerl.rollout.heldout import eval_samples
 
     if args.n <= 0 or (args.limit is not None and args.limit <= 0):
         raise ValueError(f"--n and --limit must be > 0, got {args.n} and {args.limit}")

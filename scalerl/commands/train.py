@@ -129,10 +129,10 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict 
                   verbose: bool = False) -> int:
     from scalerl.engine_log import ENGINE_LOG, hide_progress_bars, last_words_to
     from scalerl.models import resolve_model
-    from scalerl.rollout.generator import GeneratorUnavailable
+    from scalerl.rollout.base_generator import GeneratorUnavailable
     from scalerl.rollout.model_files import ModelNotFoundError
     from scalerl.trainer.checkpoint import latest_checkpoint
-    from scalerl.trainer.offpolicy import RunStopped
+    from scalerl.trainer.loop import RunStopped
     from scalerl.training import PeakRSS, run_training
 
     _exit_on_sigterm()

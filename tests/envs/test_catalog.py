@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import scalerl.envs
-from scalerl.envs import catalog, registry
+from scalerl.envs import catalog, kinds, registry
 from scalerl.envs.base import Sample
 from scalerl.envs.task import Task
 
@@ -19,8 +19,9 @@ ENVS = Path(scalerl.envs.__file__).parent
 @pytest.fixture
 def isolated(monkeypatch):
     catalog.task_names()
-    for table in ("_TASKS", "_INSTANCES", "_KINDS", "_PREFIXES"):
+    for table in ("_TASKS", "_INSTANCES", "_PREFIXES"):
         monkeypatch.setattr(registry, table, dict(getattr(registry, table)))
+    monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
     monkeypatch.setattr(catalog, "_ENTRY_POINTS", {})
 
 
@@ -114,9 +115,11 @@ def test_no_module_inside_envs_imports_the_envs_package_itself():
     assert offenders == []
 
 
-def test_registry_imports_only_the_shapes_outside_type_checking():
+def test_registry_and_kinds_import_only_the_shapes():
     deps = {m for m, typing in imports_of(ENVS / "registry.py")
             if not typing and m.startswith("scalerl")}
+    assert deps == {"scalerl.envs.kinds"}  # and the Task type, for annotations only
+    deps = {m for m, _ in imports_of(ENVS / "kinds.py") if m.startswith("scalerl")}
     assert deps == {"scalerl.envs.base"}
 
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from scalerl.envs import catalog, registry
+from scalerl.envs import catalog, kinds
 from scalerl.envs.base import Score
 from scalerl.envs.data import (
     DataError,
@@ -32,7 +32,7 @@ def write_jsonl(path, rows):
 def toy_kind(monkeypatch):
     """A kind that checks `completion == answer`, registered for one test only."""
     catalog.task_names()  # load built-ins and plugins before snapshotting
-    monkeypatch.setattr(registry, "_KINDS", dict(registry._KINDS))
+    monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
     seen_options = []
 
     def score(sample, completion, options):
@@ -40,7 +40,7 @@ def toy_kind(monkeypatch):
         ok = completion.strip() == sample.answer
         return Score("correct" if ok else "wrong", 1.0 if ok else -1.0)
 
-    registry.register_kind(registry.Kind("toy", score, "answer", "toy system prompt"))
+    kinds.register_kind(kinds.Kind("toy", score, "answer", "toy system prompt"))
     return seen_options
 
 
@@ -186,9 +186,9 @@ def test_hash_split_of_a_file_task_is_the_same_in_another_process(tmp_path, toy_
     task = FileTask("t", "toy", data, test_fraction=0.3)
     ids = [s.id for s in task.samples("test")]
     code = (
-        "from scalerl.envs import registry\n"
+        "from scalerl.envs import kinds\n"
         "from scalerl.envs.filetask import FileTask\n"
-        "registry.register_kind(registry.Kind('toy', None, 'answer', ''))\n"
+        "kinds.register_kind(kinds.Kind('toy', None, 'answer', ''))\n"
         f"print([s.id for s in FileTask('t', 'toy', {data!r}, test_fraction=0.3)"
         ".samples('test')])\n"
     )
@@ -209,12 +209,12 @@ def test_file_task_passes_thinking_flag_and_options_to_the_kind(tmp_path, toy_ki
 
 def test_a_kind_that_raises_gives_an_error_score_not_a_wrong_one(tmp_path, monkeypatch):
     catalog.task_names()
-    monkeypatch.setattr(registry, "_KINDS", dict(registry._KINDS))
+    monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
 
     def broken(sample, completion, options):
         raise RuntimeError("checker exploded")
 
-    registry.register_kind(registry.Kind("broken", broken, "answer", ""))
+    kinds.register_kind(kinds.Kind("broken", broken, "answer", ""))
     data = write_jsonl(tmp_path / "d.jsonl", [{"prompt": "1+1", "answer": "2"}])
     task = FileTask("t", "broken", data, test_fraction=0.0)
     score = task.score(task.samples("train")[0], "2")

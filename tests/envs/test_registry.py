@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scalerl.envs import catalog, registry, spec
+from scalerl.envs import catalog, kinds, registry, spec
 from scalerl.envs.base import Sample
 from scalerl.envs.catalog import get_kind, get_task
 from scalerl.envs.registry import UnknownTaskError, register_task
@@ -34,8 +34,9 @@ def readme_block(first_line: str) -> str:
 def isolated_registry(monkeypatch):
     """Each test registers into copies of the registry's tables, restored afterwards."""
     catalog.task_names()  # built-ins and plugins loaded before the copy
-    for table in ("_TASKS", "_INSTANCES", "_KINDS", "_PREFIXES"):
+    for table in ("_TASKS", "_INSTANCES", "_PREFIXES"):
         monkeypatch.setattr(registry, table, dict(getattr(registry, table)))
+    monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
     monkeypatch.setattr(spec, "_FROM_SPEC", {})
     monkeypatch.setattr(spec, "_IMPORTED", {})
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from scalerl.envs import catalog, registry
+from scalerl.envs import catalog, kinds
 from scalerl.envs.base import Sample, Score
 from scalerl.envs.task import Task
 
@@ -19,7 +19,7 @@ def one(task: str, i: int = 0) -> Sample:
 def echo_kind(monkeypatch):
     """Kind `echo`: correct iff completion == answer; records the options it was given."""
     catalog.task_names()
-    monkeypatch.setattr(registry, "_KINDS", dict(registry._KINDS))
+    monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
     seen = []
 
     def score(sample, completion, options):
@@ -27,7 +27,7 @@ def echo_kind(monkeypatch):
         ok = completion == sample.answer
         return Score("correct" if ok else "wrong", 1.0 if ok else -1.0)
 
-    registry.register_kind(registry.Kind("echo", score, "answer", ""))
+    kinds.register_kind(kinds.Kind("echo", score, "answer", ""))
     return seen
 
 

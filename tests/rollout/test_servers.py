@@ -28,7 +28,7 @@ import torch
 from scalerl.envs.base import Sample
 from scalerl.envs.catalog import get_task
 from scalerl.rollout.engine_config import EngineConfig
-from scalerl.rollout.evaluate import eval_samples
+from scalerl.rollout.heldout import eval_samples
 from scalerl.rollout.types import Budget
 from scalerl.rollout.weight_files import write_weights
 from scalerl.rollout.weights import WeightUpdateError
@@ -213,7 +213,7 @@ def test_a_hung_server_is_replaced_then_rejoins_with_the_current_weights(gen, vl
 def test_no_usable_server_is_one_clear_error_after_a_bounded_wait(tiny_model_path):
     from serverset import free_port
 
-    from scalerl.rollout.generator import GeneratorUnavailable
+    from scalerl.rollout.base_generator import GeneratorUnavailable
     from scalerl.rollout.server_generator import ServerGenerator
 
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there

@@ -10,7 +10,7 @@ import pytest
 
 from scalerl.cli import main
 from scalerl.commands.score import score_lines
-from scalerl.envs import registry
+from scalerl.envs import kinds, registry
 from scalerl.envs.base import Score
 
 
@@ -18,14 +18,14 @@ from scalerl.envs.base import Score
 def sleepy_kind(monkeypatch):
     """Kind `sleepy`: sleeps `answer` seconds, then is correct iff completion == "ok"."""
     registry.task_names()
-    monkeypatch.setattr(registry, "_KINDS", dict(registry._KINDS))
+    monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
 
     def score(sample, completion, options):
         time.sleep(float(sample.answer))
         ok = completion == "ok"
         return Score("correct" if ok else "wrong", 1.0 if ok else -1.0, f"slept {sample.answer}")
 
-    registry.register_kind(registry.Kind("sleepy", score, "answer", ""))
+    kinds.register_kind(kinds.Kind("sleepy", score, "answer", ""))
 
 
 def rows_text(rows):
@@ -108,7 +108,7 @@ def test_a_kind_that_raises_is_an_error_row_not_a_zero(tmp_path, monkeypatch):
     def broken(sample, completion, options):
         raise RuntimeError("verifier crashed")
 
-    registry.register_kind(registry.Kind("broken", broken, "answer", ""))
+    kinds.register_kind(kinds.Kind("broken", broken, "answer", ""))
     code, out = run_cli(tmp_path, [{"id": 1, "kind": "broken", "completion": "x", "answer": "1"}])
     assert code == 0 and out[0]["status"] == "error" and "verifier crashed" in out[0]["detail"]
 
@@ -136,7 +136,7 @@ def test_missing_input_file_is_one_line_exit_2(tmp_path, capsys):
 INTERRUPTIBLE = """
 import sys, time
 from scalerl.cli import main
-from scalerl.envs import registry
+from scalerl.envs import kinds, registry
 from scalerl.envs.base import Score
 
 def score(sample, completion, options):
@@ -144,7 +144,7 @@ def score(sample, completion, options):
     return Score("correct", 1.0)
 
 registry.task_names()
-registry.register_kind(registry.Kind("sleepy", score, "answer", ""))
+kinds.register_kind(kinds.Kind("sleepy", score, "answer", ""))
 sys.exit(main(["score", sys.argv[1], "--out", sys.argv[2], "--workers", "1"]))
 """
 

@@ -5,14 +5,15 @@ import json
 import pytest
 
 from scalerl.cli import main
-from scalerl.envs import registry, spec
+from scalerl.envs import kinds, registry, spec
 
 
 @pytest.fixture(autouse=True)
 def isolated_registry(monkeypatch):
     registry.task_names()
-    for table in ("_TASKS", "_INSTANCES", "_KINDS", "_PREFIXES"):
+    for table in ("_TASKS", "_INSTANCES", "_PREFIXES"):
         monkeypatch.setattr(registry, table, dict(getattr(registry, table)))
+    monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
     monkeypatch.setattr(spec, "_FROM_SPEC", {})
 
 

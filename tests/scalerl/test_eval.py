@@ -12,7 +12,7 @@ import pytest
 from scalerl import cli
 from scalerl.envs.base import Score
 from scalerl.envs.catalog import get_task
-from scalerl.eval import (
+from scalerl.eval_report import (
     EvalInputError,
     EvalSettings,
     ModelRef,
@@ -21,7 +21,7 @@ from scalerl.eval import (
     resolve_models,
     run_eval,
 )
-from scalerl.rollout.evaluate import aggregate, eval_samples, evaluate
+from scalerl.rollout.heldout import aggregate, eval_samples, evaluate
 from scalerl.rollout.types import Budget, Rollout
 
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from scalerl.envs import catalog, registry
+from scalerl.envs import catalog, kinds
 from scalerl.envs.base import Sample, Score
 from scalerl.envs.task import Task
 from scalerl.preflight import PreflightError, check_tasks, task_problems
@@ -66,13 +66,13 @@ def test_eval_and_generate_run_the_same_preflight(tmp_path):
 def needy_kind(monkeypatch):
     """Kind `needy`, whose verifier needs a file that is not there."""
     catalog.task_names()
-    monkeypatch.setattr(registry, "_KINDS", dict(registry._KINDS))
+    monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
 
     def preflight(options):
         path = options["oracle"]
         return None if os.path.exists(path) else f"oracle {path} is missing; fix: make oracle"
 
-    registry.register_kind(registry.Kind("needy", lambda s, c, o: Score("wrong", -1.0),
+    kinds.register_kind(kinds.Kind("needy", lambda s, c, o: Score("wrong", -1.0),
                                          "answer", "", preflight=preflight))
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from scalerl.envs.base import Sample, Score
-from scalerl.rollout.generator import GeneratorUnavailable
+from scalerl.rollout.base_generator import GeneratorUnavailable
 from scalerl.rollout.types import Budget, Rollout
 from scalerl.trainer.pipeline_source import PipelineSource
 from scalerl.trainer.sampler import TaskSampler
@@ -75,7 +75,7 @@ WEIGHTS = lambda: [("w", torch.zeros(2))]  # noqa: E731
 
 
 def drive(source, steps: int, start: int = 0, step_s: float = 0.0) -> list[list]:
-    """What `trainer/offpolicy.py` does per step, minus the maths."""
+    """What `trainer/loop.py` does per step, minus the maths."""
     served = []
     for step in range(start, start + steps):
         groups, _ = source.next_groups(step)
@@ -201,7 +201,7 @@ def test_prompts_too_long_are_skipped_and_counted_per_task():
 def test_the_loop_warns_once_per_task_with_prompts_too_long():
     from types import SimpleNamespace
 
-    from scalerl.trainer.step_log import warn_too_long
+    from scalerl.trainer.loop import warn_too_long
 
     printed = []
     run = SimpleNamespace(step=3, warned_too_long=set(),

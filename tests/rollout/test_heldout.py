@@ -1,11 +1,11 @@
-"""pass@k / mean@n estimators and per-task aggregation (rollout/evaluate.py), checked by hand."""
+"""pass@k / mean@n estimators and per-task aggregation (rollout/heldout.py), checked by hand."""
 
 import json
 
 import pytest
 
 from scalerl.envs.base import Score
-from scalerl.rollout.evaluate import RowError, aggregate, pass_at_k, record_from_row
+from scalerl.rollout.heldout import RowError, aggregate, pass_at_k, record_from_row
 from scalerl.rollout.types import Rollout
 
 

@@ -3,7 +3,7 @@
 Adds what the trainer's validation does not need: resolving checkpoints (paths or a run's
 `checkpoints/`), a per-(model, task, sample, seed, sampling settings) rollout cache so a rerun
 after an interruption generates only what is missing, Markdown tables and a plot against step.
-Sample selection, generation call and estimators are `scalerl.rollout.evaluate`'s, unchanged.
+Sample selection, generation call and estimators are `scalerl.rollout.heldout`'s, unchanged.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from scalerl.envs.base import dumps
-from scalerl.rollout.evaluate import (
+from scalerl.rollout.heldout import (
     EvalReport,
     Record,
     RowError,

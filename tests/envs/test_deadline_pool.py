@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from scalerl.envs.pool import Pool
+from scalerl.envs.deadline_pool import Pool
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +125,7 @@ def test_workers_do_not_outlive_a_killed_parent(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(textwrap.dedent("""
         import os, signal, time
-        from scalerl.envs.pool import Pool
+        from scalerl.envs.deadline_pool import Pool
         if __name__ == "__main__":
             p = Pool(2)
             p.run_many(time.sleep, [(0.05,), (0.05,)], 30)

@@ -1,10 +1,10 @@
 """The generator a run asks for: vLLM servers when `engine.servers` lists any, else an engine in
-this process. Both honour one contract (rollout/generator.py `BaseGenerator`)."""
+this process. Both honour one contract (rollout/base_generator.py `BaseGenerator`)."""
 
 from __future__ import annotations
 
+from scalerl.rollout.base_generator import BaseGenerator
 from scalerl.rollout.engine_config import EngineConfig
-from scalerl.rollout.generator import BaseGenerator
 
 
 def make_generator(model_path: str, config: EngineConfig, *, fp32_head: bool = True,
@@ -14,6 +14,6 @@ def make_generator(model_path: str, config: EngineConfig, *, fp32_head: bool = T
         from scalerl.rollout.server_generator import ServerGenerator
 
         return ServerGenerator(model_path, config=config, fp32_head=fp32_head, **kwargs)
-    from scalerl.rollout.engine import Generator
+    from scalerl.rollout.engine import EngineGenerator
 
-    return Generator(model_path, config=config, fp32_head=fp32_head, **kwargs)
+    return EngineGenerator(model_path, config=config, fp32_head=fp32_head, **kwargs)

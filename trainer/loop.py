@@ -14,17 +14,15 @@ the generator and the tasks is the glue's (scalerl/training.py); this module nev
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from scalerl.envs.task import Task
-from scalerl.rollout.evaluate import evaluate
-from scalerl.rollout.generator import GeneratorUnavailable
-from scalerl.rollout.types import Budget
+from scalerl.rollout.base_generator import GeneratorUnavailable
+from scalerl.rollout.heldout import evaluate
 from scalerl.trainer.batch import GroupReport, collate, prepare_groups
 from scalerl.trainer.checkpoint import (
     clear_optimizer_staging,
@@ -37,56 +35,20 @@ from scalerl.trainer.checkpoint import (
 from scalerl.trainer.config import TrainerConfig
 from scalerl.trainer.filters import ErrorWatch, Group, PromptRetirement
 from scalerl.trainer.losses import loss_kwargs
-from scalerl.trainer.metrics import ComputeClock, MetricsWriter, truncate_jsonl
+from scalerl.trainer.metrics import ComputeClock, MetricsWriter, step_metrics, truncate_jsonl
 from scalerl.trainer.pipeline_source import PipelineSource
 from scalerl.trainer.policy import PolicyModule, hf_model, named_weights
 from scalerl.trainer.publish import Publisher
+from scalerl.trainer.run import Run, TrainTask
 from scalerl.trainer.sampler import TaskSampler
 from scalerl.trainer.sharding import gather_weights, is_sharded
 from scalerl.trainer.sources import PPOOffPolicy, RolloutSource, SourceSettings
 from scalerl.trainer.step import StepSettings, train_step
-from scalerl.trainer.step_log import log_step
 from scalerl.trainer.waiting import broadcast_from_rank0, wait_for_rank0
 
 SOURCES: dict[str, Callable[..., RolloutSource]] = {"ppo": PPOOffPolicy,
                                                    "pipelinerl": PipelineSource}
 """offpolicy.mode -> rollout source factory(generator, sampler, SourceSettings)."""
-
-
-@dataclass(frozen=True)
-class TrainTask:
-    """One task of the mixture as the loop sees it."""
-
-    task: Task
-    budget: Budget
-    weight: float = 1.0
-
-
-@dataclass
-class Run:
-    """The live state of one run (mutable; checkpointed by `checkpoint`)."""
-
-    cfg: TrainerConfig
-    accelerator: Any
-    model: Any
-    tokenizer: Any
-    optimizer: Any
-    scheduler: Any
-    source: Any
-    retirement: PromptRetirement
-    clock: ComputeClock
-    writer: MetricsWriter | None
-    tasks: Mapping[str, TrainTask]
-    run_dir: Path
-    generator: Any
-    errors: ErrorWatch
-    step: int = 0
-    train_s: float = 0.0
-    loop_s: float = 0.0
-    validations: list[dict[str, float]] = field(default_factory=list)
-    warned_too_long: set[str] = field(default_factory=set)
-    stopped: str = ""
-    """Why the run stopped before `steps` (verifier failures), or "" when it did not."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,13 +95,13 @@ def loop(run: Run) -> None:
         groups, gen_metrics = next_groups(run)
         kept, report = filter_groups(run, groups)
         t1 = time.perf_counter()
-        step_metrics = optimise(run, kept, report)
+        stats = optimise(run, kept, report)
         step_s = time.perf_counter() - t1  # the optimizer step alone: publishing is sync_s
         run.train_s += step_s
         run.step += 1
         hand_weights(run)
         run.loop_s += time.perf_counter() - t0
-        log_step(run, groups, report, gen_metrics, step_metrics, step_s)
+        log_step(run, groups, report, gen_metrics, stats, step_s)
         if stop_for_errors(run, groups):
             break
         if due(run.step, cfg.val.every) or run.step == cfg.steps:
@@ -334,6 +296,41 @@ def pad_id(tokenizer) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # Metrics, validation, the end.
+
+def log_step(run: Run, groups: list[Group], report: GroupReport, gen: dict[str, float],
+             stats: dict[str, float], train_s: float) -> None:
+    """Rank 0 writes the step's metrics with the compute axis; warns on too many truncated
+    rollouts and (once per task) on prompts too long for the engine."""
+    if run.writer is None:
+        return
+    prompts = sum(len(t.task.samples("train")) for t in run.tasks.values())
+    metrics = step_metrics(groups, report, gen, stats, train_s=train_s, prompts=prompts,
+                           retired=len(run.retirement.retired),
+                           lr=run.scheduler.get_last_lr()[0])
+    gen_tokens = sum(len(r.token_ids) for g in groups for r in g)
+    metrics |= run.clock.tick(gen_tokens, int(stats.get("train_tokens", 0)))
+    run.writer.log(run.step, metrics)
+    trunc = metrics.get("rollout/truncated_frac", 0.0)
+    if trunc > run.cfg.log.truncation_warn:
+        run.writer.print(f"[yellow]warning:[/] step {run.step}: {trunc:.1%} of rollouts truncated "
+                         f"(> {run.cfg.log.truncation_warn:.0%}; the paper saw 10-15% destabilise "
+                         "runs)")
+    warn_too_long(run, metrics)
+
+
+def warn_too_long(run: Run, metrics: dict[str, float]) -> None:
+    """One warning per task whose prompts do not fit `max_model_len` (they are skipped)."""
+    prefix = "rollout/prompt_too_long/"
+    for key in sorted(k for k in metrics if k.startswith(prefix)):
+        task = key[len(prefix):]
+        if task not in run.warned_too_long:
+            run.warned_too_long.add(task)
+            message = (f"step {run.step}: task {task} has prompts too long for the engine's "
+                       "max_model_len with their budget; they are skipped (counted in "
+                       "rollout/prompt_too_long): raise engine.max_model_len or lower the budget")
+            warnings.warn(message, stacklevel=1)
+            run.writer.print(f"[yellow]warning:[/] {message}")
+
 
 def validate_heldout(run: Run) -> dict[str, float]:
     """Held-out pass@k and mean@n per task with the current weights (rank 0 generates)."""

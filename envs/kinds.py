@@ -1,0 +1,68 @@
+"""Task kinds: how a sample of a kind (`math`, `code`, or a user's) is scored, which gold field it
+needs, how that gold is read from a data file's row, its system prompt and what its verifier needs
+from the machine (`preflight`), so that a data file plus field names is enough to make a task.
+Raw lookups only: what has been registered so far, else one line listing the known kinds. No
+verifier here (envs/math and envs/code register theirs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scalerl.envs.base import Sample, Score
+
+GoldReader = Callable[[Any, str], Any]
+"""reader(raw value, column name) -> gold value; raises ValueError saying what is wrong."""
+Preflight = Callable[[Mapping[str, Any]], "str | None"]
+"""preflight(verifier options) -> None when the verifier can work on this machine, else one line
+saying what is missing and how to fix it. Cheap: it may probe (a daemon, a binary), never score."""
+
+
+class UnknownTaskError(KeyError):
+    """An unknown task or kind name; the message lists the known ones."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of task: how to score one of its samples, and what a sample of it needs."""
+
+    name: str
+    score: Callable[[Sample, str, Mapping[str, Any]], Score]
+    """score(sample, completion, options) -> Score; never raises."""
+    gold_field: str
+    """The Sample field the verifier needs: `answer` or `tests`."""
+    system_prompt: str
+    """Default system prompt for tasks of this kind."""
+    gold_columns: tuple[str, ...] = ()
+    """Data-file columns tried, in order, for the gold (empty: the column named `gold_field`)."""
+    read_gold: GoldReader | None = None
+    """Converts a row's raw gold value (e.g. a MATH solution -> its boxed answer); None: as is."""
+    preflight: Preflight | None = None
+    """What the verifier needs from this machine (e.g. code: a working sandbox backend); None:
+    nothing beyond the Python packages. Train, eval and generate run it before any engine
+    starts."""
+
+
+_KINDS: dict[str, Kind] = {}
+
+
+def register_kind(kind: Kind) -> Kind:
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def lookup_kind(name: str) -> Kind:
+    """The kind registered as `name`; UnknownTaskError listing the known kinds otherwise."""
+    if name not in _KINDS:
+        known = ", ".join(sorted(_KINDS))
+        raise UnknownTaskError(f"unknown task kind {name!r}; known kinds: {known}")
+    return _KINDS[name]
+
+
+def kind_names() -> list[str]:
+    return sorted(_KINDS)

@@ -1,0 +1,54 @@
+"""The live state of one training run (`Run`) and the loop's view of one task (`TrainTask`).
+
+Shapes only: `Run` holds what the loop (trainer/loop.py) builds in `setup` and mutates step by
+step, and what `checkpoint`/`restore` save and load; nothing here trains, logs or generates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scalerl.envs.task import Task
+from scalerl.rollout.types import Budget
+from scalerl.trainer.config import TrainerConfig
+from scalerl.trainer.filters import ErrorWatch, PromptRetirement
+from scalerl.trainer.metrics import ComputeClock, MetricsWriter
+
+
+@dataclass(frozen=True)
+class TrainTask:
+    """One task of the mixture as the loop sees it."""
+
+    task: Task
+    budget: Budget
+    weight: float = 1.0
+
+
+@dataclass
+class Run:
+    """The live state of one run (mutable; checkpointed by `checkpoint`)."""
+
+    cfg: TrainerConfig
+    accelerator: Any
+    model: Any
+    tokenizer: Any
+    optimizer: Any
+    scheduler: Any
+    source: Any
+    retirement: PromptRetirement
+    clock: ComputeClock
+    writer: MetricsWriter | None
+    tasks: Mapping[str, TrainTask]
+    run_dir: Path
+    generator: Any
+    errors: ErrorWatch
+    step: int = 0
+    train_s: float = 0.0
+    loop_s: float = 0.0
+    validations: list[dict[str, float]] = field(default_factory=list)
+    warned_too_long: set[str] = field(default_factory=set)
+    stopped: str = ""
+    """Why the run stopped before `steps` (verifier failures), or "" when it did not."""
