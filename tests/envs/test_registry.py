@@ -1,5 +1,5 @@
-"""The three routes in (decorator, task spec, `scalerl.tasks` entry point), run as README.md
-writes them, and bad names."""
+"""The three routes in (decorator, task spec, `scalerl.tasks` entry point), run as the docs
+(docs/tasks.md, README.md's tour) write them, and bad names."""
 
 import json
 import os
@@ -17,17 +17,20 @@ from scalerl.envs.spec import SpecError, register_spec_file
 from scalerl.envs.task import Task
 
 SCALERL = str(Path(sys.executable).with_name("scalerl"))
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+TASKS_DOC = ROOT / "docs" / "tasks.md"
+"""How to register a task: the page whose examples these tests run."""
 
 
-def readme_block(first_line: str) -> str:
-    """The fenced block of README.md whose first line is `first_line`, exactly as written."""
-    lines = README.read_text(encoding="utf-8").splitlines()
+def doc_block(first_line: str, doc: Path = TASKS_DOC) -> str:
+    """The fenced block of `doc` whose first line is `first_line`, exactly as written."""
+    lines = doc.read_text(encoding="utf-8").splitlines()
     for i, line in enumerate(lines):
         if line == first_line and i > 0 and lines[i - 1].startswith("```"):
             end = lines.index("```", i)
             return "\n".join(lines[i:end]) + "\n"
-    raise AssertionError(f"README.md has no fenced block starting with {first_line!r}")
+    raise AssertionError(f"{doc.relative_to(ROOT)} has no fenced block starting with "
+                         f"{first_line!r}")
 
 
 @pytest.fixture(autouse=True)
@@ -63,8 +66,8 @@ def test_decorator_registers_a_task_class():
         task.samples("val")
 
 
-def test_readme_decorator_example_reaches_the_cli(tmp_path):
-    (tmp_path / "my_tasks.py").write_text(readme_block("# my_tasks.py"))
+def test_docs_decorator_example_reaches_the_cli(tmp_path):
+    (tmp_path / "my_tasks.py").write_text(doc_block("# my_tasks.py"))
     env = {"SCALERL_TASKS": str(tmp_path / "my_tasks.py")}
     out = _run(["tasks", "list", "--json"], env)
     assert out.returncode == 0, out.stderr
@@ -174,6 +177,33 @@ def test_spec_files_in_scalerl_tasks_env_var_are_registered(tmp_path):
     assert rows["doubling"]["kind"] == "math" and rows["doubling"]["splits"]["test"] == 1
 
 
+def test_docs_spec_example_registers_its_task(tmp_path):
+    """docs/tasks.md's full task spec, with data files of the shape it names."""
+    (tmp_path / "my_tasks.yaml").write_text(doc_block("# my_tasks.yaml"))
+    write_jsonl(tmp_path / "problems.jsonl",
+                [{"problem": f"What is {i} + 2?", "answer": str(i + 2)} for i in range(20)])
+    write_jsonl(tmp_path / "heldout.jsonl", [{"problem": "What is 40 + 2?", "answer": "42"}])
+    assert register_spec_file(tmp_path / "my_tasks.yaml") == ["my_math"]
+    task = get_task("my_math")
+    assert task.kind == "math" and task.splits == ("train", "test")
+    (sample,) = task.samples("test")
+    assert sample.prompt == "What is 40 + 2?" and len(task.samples("train")) == 20
+    assert task.score(sample, "\\boxed{42}").status == "correct"
+    assert task.score(sample, "42").status == "no_answer"  # boxed_only reached the verifier
+
+
+def test_readme_tour_spec_reaches_the_cli(tmp_path):
+    """README.md's five-minute tour registers a task from a spec of three keys."""
+    (tmp_path / "first_task.yaml").write_text(doc_block("# first_task.yaml", ROOT / "README.md"))
+    write_jsonl(tmp_path / "problems.jsonl",
+                [{"problem": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(40)])
+    out = _run(["tasks", "list", "--json", "--spec", str(tmp_path / "first_task.yaml")])
+    assert out.returncode == 0, out.stderr
+    rows = {r["name"]: r for r in map(json.loads, out.stdout.splitlines())}
+    assert rows["my_math"]["kind"] == "math"
+    assert sum(rows["my_math"]["splits"].values()) == 40 and rows["my_math"]["splits"]["test"] > 0
+
+
 def test_missing_data_file_of_a_spec_task_is_reported_on_its_row(tmp_path):
     (tmp_path / "t.yaml").write_text("name: ghost\nkind: math\ndata: gone.jsonl\n")
     out = _run(["tasks", "list", "--spec", str(tmp_path / "t.yaml")])
@@ -184,10 +214,10 @@ def test_missing_data_file_of_a_spec_task_is_reported_on_its_row(tmp_path):
 # --- route 3: a pip-installed plugin exposing a `scalerl.tasks` entry point ---------------------
 @pytest.fixture(scope="module")
 def plugin_dir(tmp_path_factory):
-    """README.md's plugin, as written there, pip-installed into a folder of its own."""
+    """docs/tasks.md's plugin, as written there, pip-installed into a folder of its own."""
     src = tmp_path_factory.mktemp("plugin_src")
-    (src / "capitals_plugin.py").write_text(readme_block("# capitals_plugin.py"))
-    (src / "pyproject.toml").write_text(readme_block("# pyproject.toml of your package"))
+    (src / "capitals_plugin.py").write_text(doc_block("# capitals_plugin.py"))
+    (src / "pyproject.toml").write_text(doc_block("# pyproject.toml of your package"))
     target = tmp_path_factory.mktemp("plugin_site")
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
