@@ -27,6 +27,7 @@ from pathlib import Path
 from scalerl.rollout.base_generator import BaseGenerator, Sampled
 from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.model_files import model_dir
+from scalerl.rollout.vllm_worker import RELOAD_METHOD
 from scalerl.rollout.weight_files import write_weights
 from scalerl.rollout.weights import (
     WeightsUnknownError,
@@ -181,9 +182,10 @@ class EngineGenerator(BaseGenerator):
         return timings
 
     async def _reload(self, directory: Path, timeout_s: float, what: str) -> None:
-        """Every worker reloads its weights in place from `directory` (vLLM's own loader)."""
+        """Every worker reloads its weights in place from `directory` (vLLM's own loader, then the
+        tied layers: rollout/vllm_worker.py)."""
         await self._step(self._llm.collective_rpc(
-            "reload_weights", timeout=timeout_s, kwargs={"weights_path": str(directory)}),
+            RELOAD_METHOD, timeout=timeout_s, kwargs={"weights_path": str(directory)}),
             timeout_s, what)
 
     @staticmethod

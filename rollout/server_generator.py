@@ -39,6 +39,7 @@ from scalerl.rollout.base_generator import BaseGenerator, GeneratorUnavailable, 
 from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.server_pool import RequestRejected, Server, ServerError, ServerPool
+from scalerl.rollout.vllm_worker import RELOAD_METHOD
 from scalerl.rollout.weight_files import write_weights
 from scalerl.rollout.weights import WeightUpdateError, checked_tensors, checkpoint_shapes
 
@@ -136,7 +137,7 @@ class ServerGenerator(BaseGenerator):
 
     async def _reload(self, server: Server, directory: Path, timeout_s: float) -> None:
         await self.pool.call(server, "POST", "/collective_rpc", timeout_s=timeout_s, body={
-            "method": "reload_weights", "kwargs": {"weights_path": str(directory)},
+            "method": RELOAD_METHOD, "kwargs": {"weights_path": str(directory)},
             "timeout": timeout_s})
 
     async def _label(self, server: Server, version: int) -> None:

@@ -99,16 +99,17 @@ def test_two_sharded_ranks_train_like_one_process(runs):
 
 
 def test_vllm_generates_with_the_weights_each_step_published(runs):
-    # Step s trains on rollouts generated with the weights of step s-1 (PPO-offpolicy-1). The
-    # gathered full weights must reach vLLM as the whole model's do: the mismatch KL between the
-    # engine's and the trainer's logprobs is the 1-process run's at every step (measured here:
-    # 2e-9, 1e-6, 4e-6 in both; a missing or stale tensor shows as orders of magnitude more).
+    # PPO-offpolicy-1: step s trains on rollouts generated with the weights it starts from, so
+    # the engine's and the trainer's logprobs differ by fp32 noise only (k3 KL ~1e-9 here) when
+    # the gathered full weights reach vLLM whole. A stale tensor shows as 1e-6 and more: vLLM
+    # kept a tied head's first weights after each reload (1.7e-6, 4.2e-6, 8.0e-6 at steps 2-4,
+    # and 3e-10 after a resume started the engine afresh; rollout/vllm_worker.py).
     a, b = steps_of(runs["one"]), steps_of(runs["two"])
-    kls = [(a[s]["policy/mismatch_kl"], b[s]["policy/mismatch_kl"]) for s in b
+    kls = [(s, a[s]["policy/mismatch_kl"], b[s]["policy/mismatch_kl"]) for s in sorted(b)
            if "policy/mismatch_kl" in b[s]]
     assert len(kls) == 4
-    for one, two in kls:
-        assert two == pytest.approx(one, rel=0.05, abs=1e-9) and two < 1e-4, kls
+    for _, one, two in kls:
+        assert abs(one) < 1e-7 and abs(two) < 1e-7, kls
 
 
 def test_the_sharded_checkpoint_loads_in_transformers_with_its_head_tied(runs):

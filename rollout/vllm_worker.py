@@ -1,0 +1,56 @@
+"""Inside vLLM's workers: an in-place weight reload that also refreshes tied layers.
+
+vLLM mixes `WeightReload` into its worker class (engine argument `worker_extension_cls`, set by
+`EngineConfig.vllm_kwargs`, so the in-process engine and `scalerl serve`'s servers both have it)
+and `collective_rpc("scalerl_reload_weights", ...)` runs it on every worker.
+
+Why: vLLM 0.32's layerwise reload re-processes only the layers whose weights it loaded. A model
+with a tied LM head (Qwen2.5-1.5B, Llama-3.2-1B, ...) has no `lm_head.weight` in its files, so the
+head layer loads nothing and keeps the kernel state made at start-up; on CPU that state is a
+prepacked copy of the weight, so generation kept sampling from the *first* head after every
+update while the trainer's moved on (a mismatch KL growing 1e-6 -> 8e-6 over 4 steps on a tied
+tiny model). The shared storage itself is updated, so re-processing every layer that shares a
+weight with another restores them. Only unquantized embeddings/heads are re-processed (their
+processing is a pure function of the weight). Runs only inside a vLLM worker; nothing here is
+imported by scalerl's own processes except the qualified name.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+WORKER_EXTENSION = "scalerl.rollout.vllm_worker.WeightReload"
+"""vLLM's `worker_extension_cls` (a qualified name resolved inside each worker)."""
+RELOAD_METHOD = "scalerl_reload_weights"
+"""The `collective_rpc` method (in-process, and a server's `/collective_rpc`) that reloads."""
+
+
+def refresh_tied_layers(model) -> list[str]:
+    """Re-process every unquantized embedding/head layer whose weight is shared with another
+    layer (a tied LM head), after an in-place reload; returns the refreshed layers' names."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    sharing: dict[int, list[tuple[str, object]]] = defaultdict(list)
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        if weight is not None and isinstance(getattr(module, "quant_method", None),
+                                             UnquantizedEmbeddingMethod):
+            sharing[id(weight)].append((name, module))
+    refreshed: list[str] = []
+    for layers in sharing.values():
+        if len(layers) < 2:
+            continue
+        for name, module in layers:
+            module.quant_method.process_weights_after_loading(module)
+            refreshed.append(name)
+    return refreshed
+
+
+class WeightReload:
+    """Mixed into vLLM's worker class; `self` is the worker."""
+
+    def scalerl_reload_weights(self, weights_path: str) -> list[str]:
+        """Reload the weights in place from `weights_path` (vLLM's own loader), then refresh the
+        layers that share a weight; returns the refreshed layers' names."""
+        self.reload_weights(weights_path=weights_path)
+        return refresh_tied_layers(self.model_runner.get_model())
