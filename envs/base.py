@@ -1,9 +1,10 @@
 """The shapes every other part relies on: `Sample` and `Score`, the statuses and splits.
 
 A `Sample` is one prompt of one task plus the gold data its verifier needs. A `Score` is one
-verdict, with a status that never hides a verifier's own failure; `reward_for` maps a status to
-the reward. This module defines shapes only: no I/O, no verifiers, no registry, and not the `Task`
-base class (envs/task.py).
+verdict: a status that never hides a verifier's own failure, and why. A verdict carries no
+reward: the trainer maps statuses to rewards once, from the run's config (trainer/rewards.py).
+This module defines shapes only: no I/O, no verifiers, no registry, and not the `Task` base class
+(envs/task.py).
 """
 
 from __future__ import annotations
@@ -70,12 +71,11 @@ class Sample:
 
 @dataclass(frozen=True)
 class Score:
-    """One verdict on one completion. `error`/`timeout` are the verifier's failures, not wrong."""
+    """One verdict on one completion: a status and why. `error` is the verifier's own failure
+    (never trained on); `timeout` is the candidate's program (or answer) passing its deadline."""
 
     status: Status
     """correct | wrong | no_answer | timeout | error."""
-    reward: float
-    """Reward fed to the trainer (default mapping: correct +1, everything else -1)."""
     detail: str = ""
     """Why: the extracted answer, the failing test, the exception (truncated)."""
     latency_s: float = 0.0
@@ -91,11 +91,6 @@ class Score:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def reward_for(status: str, correct_reward: float = 1.0, wrong_reward: float = -1.0) -> float:
-    """The ScaleRL reward (A.3): +1 for a correct answer, -1 for anything else."""
-    return correct_reward if status == "correct" else wrong_reward
 
 
 def truncate(text: str, limit: int = 300) -> str:

@@ -176,12 +176,6 @@ class Pool:
         with self._cond:
             return [w.proc.pid for w in self._all if w.proc.pid is not None]
 
-    def busy_pids(self) -> list[int]:
-        """Pids of workers in the middle of a call (for diagnostics and tests)."""
-        with self._cond:
-            idle = set(map(id, self._idle))
-            return [w.proc.pid for w in self._all if id(w) not in idle and w.proc.pid]
-
     def _checkout(self, want: int, block: bool) -> list[_Worker]:
         """Up to `want` workers: idle ones first, then new ones; blocks for one if `block`."""
         with self._cond:

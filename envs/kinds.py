@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from scalerl.envs.base import Sample, Score
+from scalerl.envs.grading import Grading
 
 GoldReader = Callable[[Any, str], Any]
 """reader(raw value, column name) -> gold value; raises ValueError saying what is wrong."""
-Preflight = Callable[[Mapping[str, Any]], "str | None"]
-"""preflight(verifier options) -> None when the verifier can work on this machine, else one line
-saying what is missing and how to fix it. Cheap: it may probe (a daemon, a binary), never score."""
+Preflight = Callable[[Mapping[str, Any], Grading], "str | None"]
+"""preflight(verifier options, grading) -> None when the verifier can work on this machine with
+the run's settings, else one line saying what is missing and how to fix it. Cheap: it may probe
+(a daemon, a binary), never score."""
 
 
 class UnknownTaskError(KeyError):
@@ -32,8 +34,9 @@ class Kind:
     """A kind of task: how to score one of its samples, and what a sample of it needs."""
 
     name: str
-    score: Callable[[Sample, str, Mapping[str, Any]], Score]
-    """score(sample, completion, options) -> Score; never raises."""
+    score: Callable[[Sample, str, Mapping[str, Any], Grading], Score]
+    """score(sample, completion, options, grading) -> Score; never raises. `grading` (the run's
+    sandbox and verifier settings) defaults to this machine's (`DEFAULT_GRADING`)."""
     gold_field: str
     """The Sample field the verifier needs: `answer` or `tests`."""
     system_prompt: str
@@ -46,6 +49,21 @@ class Kind:
     """What the verifier needs from this machine (e.g. code: a working sandbox backend); None:
     nothing beyond the Python packages. Train, eval and generate run it before any engine
     starts."""
+    options: tuple[str, ...] | None = None
+    """The verifier options a task of this kind may set (None: any); `Task.preflight` refuses
+    others before anything starts, and the kind's verifier gives them an `error` verdict."""
+    option_hint: str = ""
+    """Added to the refusal of an unknown option (e.g. where a setting moved to)."""
+
+    def options_problem(self, options: Mapping[str, Any]) -> str | None:
+        """None when every option is one this kind knows, else one line naming the unknown ones
+        and the valid ones."""
+        unknown = [] if self.options is None else sorted(set(options) - set(self.options))
+        if not unknown:
+            return None
+        hint = f" ({self.option_hint})" if self.option_hint else ""
+        return (f"unknown {self.name} option(s) {', '.join(unknown)}; valid: "
+                f"{', '.join(self.options or ())}{hint}")
 
 
 _KINDS: dict[str, Kind] = {}

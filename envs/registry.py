@@ -44,12 +44,6 @@ def add_task(name: str, factory: TaskFactory, *, replace: bool = False) -> None:
     _INSTANCES.pop(name, None)
 
 
-def remove_task(name: str) -> None:
-    """Forget a registered task (tests, or a spec re-registered after an edit)."""
-    _TASKS.pop(name, None)
-    _INSTANCES.pop(name, None)
-
-
 def register_task_prefix(prefix: str, *, description: str = "") -> Callable:
     """Decorator: register a factory for every name `prefix:<rest>`, called as factory(rest)."""
 

@@ -103,7 +103,14 @@ def task_from_entry(entry: Mapping[str, Any]) -> FileTask:
 
 def register_spec_file(path: str | Path) -> list[str]:
     """Register every task of a spec file; returns their names. Re-registering the same file is
-    allowed (it replaces its own tasks); a name taken by another source is an error."""
+    allowed (it replaces its own tasks); a name taken by another source is an error. A `.py`
+    file is a task file and is imported, as `register_task_file` (and `--spec`) do."""
+    if Path(path).suffix.lower() == ".py":
+        return register_task_file(path)
+    return _register_spec(path)
+
+
+def _register_spec(path: str | Path) -> list[str]:
     resolved = Path(path).resolve()
     names = []
     for entry in read_spec(path):
@@ -126,7 +133,7 @@ def register_task_file(path: str | Path) -> list[str]:
     """A `.py` file is imported (its `@register_task` decorators run); anything else is read as
     a YAML/JSON spec. Returns the names registered. Importing the same file twice is a no-op."""
     if Path(path).suffix.lower() != ".py":
-        return register_spec_file(path)
+        return _register_spec(path)
     resolved = Path(path).resolve()
     if resolved in _IMPORTED:
         return _IMPORTED[resolved]

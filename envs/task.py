@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from scalerl.envs.base import Sample, Score, reward_for, truncate
+from scalerl.envs.base import Sample, Score, truncate
+from scalerl.envs.grading import DEFAULT_GRADING, Grading
 from scalerl.envs.kinds import lookup_kind
 
 _FINAL = {"score": "judge", "samples": "build"}
@@ -64,41 +65,47 @@ class Task:
         checks between them); the default calls `build` for each split in `self.splits`."""
         return {split: self.build(split) for split in self.splits}
 
-    def judge(self, sample: Sample, completion: str) -> Score:
-        """Verdict on `completion` for `sample`: the kind's verifier, with `verifier_options()`.
-        May raise: `score` turns an exception into an `error` verdict."""
-        return lookup_kind(self.kind).score(sample, completion, self.verifier_options())
+    def judge(self, sample: Sample, completion: str, grading: Grading) -> Score:
+        """Verdict on `completion` for `sample`: the kind's verifier, with `verifier_options()`
+        and the run's `grading` settings (its sandbox, the math pool's size). May raise: `score`
+        turns an exception into an `error` verdict."""
+        return lookup_kind(self.kind).score(sample, completion, self.verifier_options(), grading)
 
     def verifier_options(self) -> dict[str, Any]:
         return {"requires_thinking": self.requires_thinking, **self.options}
 
-    def preflight(self) -> str | None:
-        """None when this task's verifier can work on this machine, else one line saying what is
-        missing and the fix. Default: the kind's `preflight` with `verifier_options()`; a task
-        whose `judge` needs more (a binary, a service, a data directory) overrides this."""
-        check = lookup_kind(self.kind).preflight
-        return None if check is None else check(self.verifier_options())
+    def preflight(self, grading: Grading = DEFAULT_GRADING) -> str | None:
+        """None when this task's verifier can work on this machine with the run's `grading`
+        settings, else one line saying what is missing and the fix. Default: the kind's
+        `preflight` with `verifier_options()`; a task whose `judge` needs more (a binary, a
+        service, a data directory) overrides this. Options the kind does not know are refused
+        here first."""
+        kind, options = lookup_kind(self.kind), self.verifier_options()
+        problem = kind.options_problem(options)
+        if problem is None and kind.preflight is not None:
+            problem = kind.preflight(options, grading)
+        return problem
 
     # --- final: what every task gets -------------------------------------------------------------
     def samples(self, split: str) -> tuple[Sample, ...]:
         """All samples of `split`, built once (thread-safe) and cached; a ValueError naming the
         valid splits for an unknown one."""
         self.check_split(split)
-        return self._built()[0][split]
+        return self._built()[split]
 
-    def score(self, sample: Sample, completion: str) -> Score:
-        """Verdict on `completion` for `sample`. Never raises: a judge that raises or returns
-        something other than a Score gives `error`, naming the task and what went wrong."""
+    def score(self, sample: Sample, completion: str, grading: Grading = DEFAULT_GRADING) -> Score:
+        """Verdict on `completion` for `sample` under the run's `grading` settings (default: this
+        machine's). Never raises: a judge that raises or returns something other than a Score
+        gives `error`, naming the task and what went wrong."""
         start = time.perf_counter()
         try:
-            verdict = self.judge(sample, completion)
+            verdict = self.judge(sample, completion, grading)
         except Exception as exc:  # a broken verifier is a status, never a crash or a silent wrong
             detail = f"task {self.name!r}: judge raised {type(exc).__name__}: {exc}"
-            return Score("error", reward_for("error"), truncate(detail),
-                         time.perf_counter() - start)
+            return Score("error", truncate(detail), time.perf_counter() - start)
         if not isinstance(verdict, Score):
             detail = f"task {self.name!r}: judge returned {type(verdict).__name__}, not a Score"
-            return Score("error", reward_for("error"), detail, time.perf_counter() - start)
+            return Score("error", detail, time.perf_counter() - start)
         return verdict
 
     def check_split(self, split: str) -> None:
@@ -107,15 +114,8 @@ class Task:
                 f"task {self.name!r} has no split {split!r}; valid: {', '.join(self.splits)}"
             )
 
-    def sample_by_id(self, sample_id: str) -> Sample:
-        """The sample with id `sample_id` (the first split, in `self.splits` order, that has it)."""
-        sample = self._built()[1].get(sample_id)
-        if sample is None:
-            raise KeyError(f"task {self.name!r} has no sample {sample_id!r}")
-        return sample
-
-    def _built(self) -> tuple[dict[str, tuple[Sample, ...]], dict[str, Sample]]:
-        """(samples by split, sample by id), built on first use. Subclasses need not call
+    def _built(self) -> dict[str, tuple[Sample, ...]]:
+        """Samples by split, built on first use. Subclasses need not call
         `Task.__init__`, so the lock is made here, under a module-wide guard."""
         built = self.__dict__.get("_task_built")
         if built is not None:
@@ -128,15 +128,10 @@ class Task:
                 built = self.__dict__["_task_built"] = self._build_all()
         return built
 
-    def _build_all(self) -> tuple[dict[str, tuple[Sample, ...]], dict[str, Sample]]:
+    def _build_all(self) -> dict[str, tuple[Sample, ...]]:
         made = self.build_splits()
         missing = [s for s in self.splits if s not in made]
         if missing:
             raise ValueError(f"task {self.name!r}: build_splits() gave no {', '.join(missing)} "
                              f"split; splits: {', '.join(self.splits)}")
-        by_split = {s: tuple(made[s]) for s in self.splits}
-        by_id: dict[str, Sample] = {}
-        for samples in by_split.values():
-            for s in samples:
-                by_id.setdefault(s.id, s)
-        return by_split, by_id
+        return {s: tuple(made[s]) for s in self.splits}

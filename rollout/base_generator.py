@@ -1,13 +1,14 @@
 """What every generator does the same way, whatever serves the tokens: budgets, scoring, streaming.
 
 `BaseGenerator` turns samples into scored Rollouts: it renders prompts with the tokenizer's chat
-template, runs each rollout in at most two sampling requests under its length budget (forced
-interruption in between, rollout/budget.py), scores each completion as soon as it finishes,
-and streams rollouts back in finish order from a background event loop. A prompt that cannot fit
-its longest completion in `max_model_len` is not sent: its n rollouts come back at once with
-finish reason `prompt_too_long`. Subclasses supply one sampling request (`_sample`) and the
-weights/pause/close side: rollout/engine.py (vLLM in this process) and the HTTP servers'
-generator. Nothing here knows vLLM.
+template (each task's system prompt), runs each rollout in at most two sampling requests under
+its length budget (forced interruption in between, rollout/budget.py), scores each completion as
+soon as it finishes with the scorer it was handed (the run's Task objects and grading settings,
+rollout/scorer.py), and streams rollouts back in finish order from a background event loop. A
+prompt that cannot fit its longest completion in `max_model_len` is not sent: its n rollouts come
+back at once with finish reason `prompt_too_long`. Subclasses supply one sampling request
+(`_sample`) and the weights/pause/close side: rollout/engine.py (vLLM in this process) and the
+HTTP servers' generator. Nothing here knows vLLM.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from scalerl.rollout.engine_config import process_tree_rss_mb
 from scalerl.rollout.scorer import Scorer
 from scalerl.rollout.types import Budget, Rollout
 
-UNSCORED = Score(status="error", reward=-1.0, detail="not scored (score=False)")
+UNSCORED = Score(status="error", detail="not scored (score=False)")
 _END = object()
 
 
@@ -52,20 +53,23 @@ class BaseGenerator:
     """Scored rollouts from some sampling backend, driven on a background event loop."""
 
     def __init__(self, model_path: str, *, max_model_len: int, fp32_head: bool = True,
-                 scorer_workers: int = 4) -> None:
+                 scorer: Scorer | None = None) -> None:
         from transformers import AutoTokenizer
 
         self.model_path = str(model_path)
         self.max_model_len = max_model_len
         self.fp32_head = fp32_head
-        """LM head in FP32 (the policy's `fp32_head`: the trainer's head runs the same way)."""
+        """LM head in FP32 asked for (the policy's `fp32_head`); what runs is `engine_info`."""
+        self.engine_info: dict = {}
+        """What the engine really computes with, read back from it (rollout/vllm_worker.py
+        `engine_info`: head_dtype, dtype, max_model_len); set once it has started."""
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self._think_close = tuple(self.tokenizer.encode("</think>", add_special_tokens=False))
         self._phrases: dict[str, tuple[int, ...]] = {}
         self._version = 0
-        self._scorer_workers = scorer_workers
-        self._scorer: Scorer | None = None
-        self._scorer_lock = threading.Lock()
+        self.scorer = scorer
+        """The run's tasks and grading settings: system prompts and verdicts (None: none yet;
+        generating then raises)."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="generator-loop",
                                         daemon=True)
@@ -110,16 +114,21 @@ class BaseGenerator:
             self._phrases[phrase] = tuple(self.tokenizer.encode(phrase, add_special_tokens=False))
         return self._phrases[phrase]
 
-    def prompt_ids(self, sample: Sample, system_prompt: str | None = None) -> list[int]:
-        """The sample rendered with the tokenizer's chat template (generation prompt added)."""
-        if system_prompt is None:
-            from scalerl.envs.catalog import get_task
-
-            system_prompt = get_task(sample.task).system_prompt
-        messages = sample.messages(system_prompt)
+    def prompt_ids(self, sample: Sample) -> list[int]:
+        """The sample rendered with the tokenizer's chat template, its task's system prompt first
+        (generation prompt added)."""
+        messages = sample.messages(self._scorer().system_prompt(sample.task))
         text = self.tokenizer.apply_chat_template(messages, tokenize=False,
                                                   add_generation_prompt=True)
         return self.tokenizer.encode(text, add_special_tokens=False)
+
+    @property
+    def head_dtype(self) -> str:
+        """The dtype the engine computes its LM head in, as it reports it (`float32` with the
+        FP32 head)."""
+        if "head_dtype" not in self.engine_info:
+            raise RuntimeError(f"{type(self).__name__} has not reported its head dtype yet")
+        return self.engine_info["head_dtype"]
 
     @property
     def version(self) -> int:
@@ -128,7 +137,7 @@ class BaseGenerator:
 
     # ---- one rollout: at most two sampling requests ---------------------------------------
     async def _rollout(self, sample: Sample, group: int, prompt: list[int], budget: Budget,
-                       temperature: float, seed: int | None, scorer: Scorer | None) -> Rollout:
+                       temperature: float, seed: int | None, score: bool) -> Rollout:
         t0 = time.perf_counter()
         rseed = None if seed is None else B.rollout_seed(seed, sample.id, group)
         phrase = self._phrase_ids(budget.phrase)
@@ -136,6 +145,7 @@ class BaseGenerator:
         first = await self._sample(prompt, B.first_phase_tokens(plan), temperature, rseed)
         step = B.after_first_phase(plan, first.tokens, first.ended, self._think_close, phrase)
         k = step.keep
+        interrupted = isinstance(step, B.Continue) and bool(step.forced)
         tokens, versions = first.tokens[:k], first.versions[:k]
         logprobs: list[float | None] = [float(x) for x in first.logprobs[:k]]
         if isinstance(step, B.Continue):
@@ -153,16 +163,16 @@ class BaseGenerator:
         gen_end = time.perf_counter()
         thinking, answer = B.count_phases(tokens, self._think_close, plan.thinking is not None)
         completion = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        score, score_s = UNSCORED, 0.0
-        if scorer is not None:
+        verdict, score_s = UNSCORED, 0.0
+        if score:
             t1 = time.perf_counter()
-            score = await asyncio.wrap_future(scorer.submit(sample, completion))
+            verdict = await asyncio.wrap_future(self._scorer().submit(sample, completion))
             score_s = time.perf_counter() - t1
         return Rollout(
             sample_id=sample.id, task=sample.task, prompt_token_ids=tuple(prompt),
             token_ids=tuple(tokens), logprobs=tuple(logprobs), versions=tuple(versions),
             finish_reason=reason, thinking_tokens=thinking, answer_tokens=answer,
-            completion=completion, score=score, group=group,
+            completion=completion, score=verdict, group=group, interrupted=interrupted,
             timings={"gen_s": gen_end - t0, "score_s": score_s, "gen_end": gen_end},
             meta={"thinking_budget": plan.thinking, "cached_tokens": first.cached,
                   "sampled_tokens": len(tokens) - sum(lp is None for lp in logprobs)})
@@ -176,32 +186,31 @@ class BaseGenerator:
             sample_id=sample.id, task=sample.task, prompt_token_ids=tuple(prompt), token_ids=(),
             logprobs=(), versions=(), finish_reason="prompt_too_long", thinking_tokens=0,
             answer_tokens=0, completion="", group=group,
-            score=Score(status="error", reward=-1.0, detail=detail),
+            score=Score(status="error", detail=detail),
             timings={"gen_s": 0.0, "score_s": 0.0, "gen_end": time.perf_counter()})
 
     # ---- public generation API ------------------------------------------------------------
     def stream(self, samples: Iterable[Sample], *, n: int = 1, budget: Budget | None = None,
-               temperature: float = 1.0, seed: int | None = 0, scorer: Scorer | None = None,
-               score: bool = True, max_in_flight: int | None = None) -> Iterator[Rollout]:
+               temperature: float = 1.0, seed: int | None = 0, score: bool = True,
+               max_in_flight: int | None = None) -> Iterator[Rollout]:
         """Yield each Rollout as soon as it is generated and scored.
 
         `samples` is consumed lazily (an endless iterator works); at most `max_in_flight` rollouts
         are generating or waiting to be read (default: unbounded). `rollout.group` is its index
         among the `n` of its sample and `rollout.meta["index"]` the sample's position in
-        `samples`. `scorer=None` uses the generator's own; `score=False` skips scoring. A prompt
-        too long for `max_model_len` yields n `prompt_too_long` rollouts (never sent).
+        `samples`. `score=False` skips the verdicts. A prompt too long for `max_model_len`
+        yields n `prompt_too_long` rollouts (never sent).
         """
         budget = budget or Budget()
         if n <= 0 or temperature < 0:
             raise ValueError(f"need n > 0 and temperature >= 0, got n={n}, "
                              f"temperature={temperature}")
-        if score and scorer is None:
-            scorer = self.default_scorer()
+        self._scorer()  # no scorer: one line now, not an error per rollout
         out: queue.Queue = queue.Queue()
         slots: list = [None]
         job = asyncio.run_coroutine_threadsafe(
-            self._drive(iter(samples), n, budget, temperature, seed,
-                        scorer if score else None, max_in_flight, out, slots), self._loop)
+            self._drive(iter(samples), n, budget, temperature, seed, score, max_in_flight, out,
+                        slots), self._loop)
         try:
             while True:
                 item = out.get()
@@ -215,7 +224,7 @@ class BaseGenerator:
         finally:
             job.cancel()
 
-    async def _drive(self, samples, n, budget, temperature, seed, scorer, max_in_flight,
+    async def _drive(self, samples, n, budget, temperature, seed, score, max_in_flight,
                      out: queue.Queue, slots: list) -> None:
         sem = asyncio.Semaphore(max_in_flight) if max_in_flight else None
         slots[0] = sem
@@ -240,7 +249,7 @@ class BaseGenerator:
                         out.put(rollout)
                         continue
                     task = asyncio.ensure_future(self._tagged(
-                        index, sample, group, prompt, budget, temperature, seed, scorer))
+                        index, sample, group, prompt, budget, temperature, seed, score))
                     tasks.add(task)
                     task.add_done_callback(finished)
             while tasks:
@@ -254,30 +263,30 @@ class BaseGenerator:
         finally:
             out.put(_END)
 
-    async def _tagged(self, index, sample, group, prompt, budget, temperature, seed, scorer):
-        rollout = await self._rollout(sample, group, prompt, budget, temperature, seed, scorer)
+    async def _tagged(self, index, sample, group, prompt, budget, temperature, seed, score):
+        rollout = await self._rollout(sample, group, prompt, budget, temperature, seed, score)
         rollout.meta["index"] = index
         return rollout
 
     def generate(self, samples: Sequence[Sample], *, n: int = 1, budget: Budget | None = None,
-                 temperature: float = 1.0, seed: int | None = 0, scorer: Scorer | None = None,
+                 temperature: float = 1.0, seed: int | None = 0,
                  score: bool = True) -> list[Rollout]:
         """All rollouts, ordered by sample then group (sample i's rollouts at i*n .. i*n+n-1)."""
         rollouts = list(self.stream(samples, n=n, budget=budget, temperature=temperature,
-                                    seed=seed, scorer=scorer, score=score))
+                                    seed=seed, score=score))
         return sorted(rollouts, key=lambda r: (r.meta["index"], r.group))
 
-    def default_scorer(self) -> Scorer:
-        """The Scorer used when `stream`/`generate` get none (created once, thread-safely)."""
-        with self._scorer_lock:
-            if self._scorer is None:
-                self._scorer = Scorer(max_workers=self._scorer_workers)
-            return self._scorer
+    def _scorer(self) -> Scorer:
+        if self.scorer is None:
+            raise ValueError(f"{type(self).__name__} has no scorer: build it with "
+                             "scorer=Scorer(tasks, grading) (the run's tasks render and score "
+                             "its prompts)")
+        return self.scorer
 
     def close(self) -> None:
         """Stop the scorer and the event loop (subclasses stop their backend first)."""
-        if self._scorer is not None:
-            self._scorer.close()
+        if self.scorer is not None:
+            self.scorer.close()
         if self._loop.is_running():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)

@@ -150,9 +150,3 @@ def parse_thinking(text: str | None) -> int | tuple[int, int] | None:
         raise ValueError(f"thinking budget {text!r}: expected A or A:B (integers) or none")
     return parts[0] if len(parts) == 1 else (parts[0], parts[1])
 
-
-def parse_budget(thinking: str | None, answer: int, max_tokens: int | None = None,
-                 phrase: str | None = None) -> Budget:
-    """A Budget from command-line text (thinking as for `parse_thinking`)."""
-    extra = {"phrase": phrase} if phrase else {}
-    return Budget(thinking=parse_thinking(thinking), answer=answer, total=max_tokens, **extra)

@@ -27,7 +27,8 @@ from pathlib import Path
 from scalerl.rollout.base_generator import BaseGenerator, Sampled
 from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.model_files import model_dir
-from scalerl.rollout.vllm_worker import RELOAD_METHOD
+from scalerl.rollout.scorer import Scorer
+from scalerl.rollout.vllm_worker import INFO_METHOD, RELOAD_METHOD
 from scalerl.rollout.weight_files import write_weights
 from scalerl.rollout.weights import (
     WeightsUnknownError,
@@ -45,12 +46,12 @@ class EngineGenerator(BaseGenerator):
     """Scored rollouts from a vLLM engine started in this process (AsyncLLM)."""
 
     def __init__(self, model_path: str, *, config: EngineConfig | None = None,
-                 fp32_head: bool = True, scorer_workers: int = 4,
+                 fp32_head: bool = True, scorer: Scorer | None = None,
                  start_timeout_s: float = 600.0) -> None:
         self.config = config or EngineConfig()
         os.environ.update(self.config.process_env())
         super().__init__(model_path, max_model_len=self.config.max_model_len,
-                         fp32_head=fp32_head, scorer_workers=scorer_workers)
+                         fp32_head=fp32_head, scorer=scorer)
         self._checkpoint_shapes: dict[str, tuple[int, ...]] | None = None
         self._live: dict[str, list[tuple[int, int]]] = {}
         self._ids = itertools.count()
@@ -60,6 +61,8 @@ class EngineGenerator(BaseGenerator):
         self._loaded_dir = model_dir(self.model_path)
         """The files of the weights now loaded (the model itself until the first update)."""
         self._llm = self._call(self._start(), start_timeout_s, "starting the vLLM engine")
+        [self.engine_info, *_] = self._call(self._llm.collective_rpc(INFO_METHOD), 60.0,
+                                            "asking the engine what it runs")
         freeze_heap()
 
     async def _start(self):

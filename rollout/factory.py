@@ -5,15 +5,19 @@ from __future__ import annotations
 
 from scalerl.rollout.base_generator import BaseGenerator
 from scalerl.rollout.engine_config import EngineConfig
+from scalerl.rollout.scorer import Scorer
 
 
-def make_generator(model_path: str, config: EngineConfig, *, fp32_head: bool = True,
-                   **kwargs) -> BaseGenerator:
-    """A started generator for `model_path` (servers: connected, holding its weights)."""
+def make_generator(model_path: str, config: EngineConfig, *, scorer: Scorer,
+                   fp32_head: bool = True, **kwargs) -> BaseGenerator:
+    """A started generator for `model_path` (servers: connected, holding its weights) that renders
+    and scores with `scorer` (the run's tasks and grading settings)."""
     if config.servers:
         from scalerl.rollout.server_generator import ServerGenerator
 
-        return ServerGenerator(model_path, config=config, fp32_head=fp32_head, **kwargs)
+        return ServerGenerator(model_path, config=config, fp32_head=fp32_head, scorer=scorer,
+                               **kwargs)
     from scalerl.rollout.engine import EngineGenerator
 
-    return EngineGenerator(model_path, config=config, fp32_head=fp32_head, **kwargs)
+    return EngineGenerator(model_path, config=config, fp32_head=fp32_head, scorer=scorer,
+                           **kwargs)

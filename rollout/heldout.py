@@ -51,6 +51,8 @@ class Record:
     """Completion tokens (forced interruption tokens included)."""
     thinking_tokens: int | None = None
     answer_tokens: int | None = None
+    interrupted: bool | None = None
+    """Thinking was cut at its budget (None: not recorded, e.g. rows of another tool)."""
 
     @property
     def correct(self) -> bool:
@@ -59,7 +61,7 @@ class Record:
 
 def record_from_rollout(r: Rollout) -> Record:
     return Record(r.task, r.sample_id, r.score.status, r.finish_reason, len(r.token_ids),
-                  r.thinking_tokens, r.answer_tokens)
+                  r.thinking_tokens, r.answer_tokens, r.interrupted)
 
 
 def _opt_int(row: Mapping[str, Any], key: str) -> int | None:
@@ -91,9 +93,12 @@ def record_from_row(row: Mapping[str, Any]) -> Record:
     token_ids = row.get("token_ids")
     if token_ids is not None and not isinstance(token_ids, list):
         raise RowError(f"field 'token_ids' must be a list, got {type(token_ids).__name__}")
+    interrupted = row.get("interrupted")
+    if interrupted is not None and not isinstance(interrupted, bool):
+        raise RowError(f"field 'interrupted' must be true or false, got {interrupted!r}")
     return Record(task, str(sample_id), status, finish,
                   len(token_ids) if token_ids is not None else None,
-                  _opt_int(row, "thinking_tokens"), _opt_int(row, "answer_tokens"))
+                  _opt_int(row, "thinking_tokens"), _opt_int(row, "answer_tokens"), interrupted)
 
 
 def to_records(items: Iterable[Rollout | Mapping[str, Any] | Record]) -> list[Record]:
@@ -187,6 +192,14 @@ def _frac_or_none(records: Sequence[Record], reason: str) -> float | None:
     return sum(r.finish_reason == reason for r in records) / len(records)
 
 
+def _interrupted_frac(records: Sequence[Record]) -> float | None:
+    """Rollouts whose thinking was cut at its budget, whatever their finish reason (rows without
+    the flag: those that finished as `interrupted`)."""
+    if any(r.interrupted is None for r in records):
+        return _frac_or_none(records, "interrupted")
+    return sum(bool(r.interrupted) for r in records) / len(records)
+
+
 def summarize(name: str, records: Sequence[Record], ks: Sequence[int]) -> TaskResult:
     """Figures for one group of records (grouped by (task, sample_id) into samples)."""
     if not records:
@@ -213,7 +226,7 @@ def summarize(name: str, records: Sequence[Record], ks: Sequence[int]) -> TaskRe
         stderr=float(np.std(cs / ns, ddof=1) / np.sqrt(len(ns))) if len(ns) > 1 else None,
         status_frac=status_frac,
         truncated_frac=_frac_or_none(records, "truncated"),
-        interrupted_frac=_frac_or_none(records, "interrupted"),
+        interrupted_frac=_interrupted_frac(records),
         mean_length=_mean_or_none([r.length for r in records]),
         mean_thinking_tokens=_mean_or_none([r.thinking_tokens for r in records]),
         mean_answer_tokens=_mean_or_none([r.answer_tokens for r in records]),
@@ -256,13 +269,7 @@ def eval_samples(task: Task, split: str = "test", limit: int | None = None) -> l
     return [samples[i * len(samples) // limit] for i in range(limit)]
 
 
-def resolve_tasks(tasks: Sequence[Task | str]) -> list[Task]:
-    from scalerl.envs.catalog import get_task
-
-    return [get_task(t) if isinstance(t, str) else t for t in tasks]
-
-
-def evaluate(generator: SupportsGenerate, tasks: Sequence[Task | str], *, n: int,
+def evaluate(generator: SupportsGenerate, tasks: Sequence[Task], *, n: int,
              budget: Budget, split: str = "test", ks: Sequence[int] = (1,),
              temperature: float = 1.0, seed: int | None = 0,
              limit: int | None = None) -> EvalReport:
@@ -273,7 +280,7 @@ def evaluate(generator: SupportsGenerate, tasks: Sequence[Task | str], *, n: int
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    samples = [s for t in resolve_tasks(tasks) for s in eval_samples(t, split, limit)]
+    samples = [s for t in tasks for s in eval_samples(t, split, limit)]
     rollouts = generator.generate(samples, n=n, budget=budget, temperature=temperature,
                                   seed=seed)
     return aggregate(rollouts, ks)

@@ -27,7 +27,7 @@ class GeneratorLike(Protocol):
     def version(self) -> int: ...
 
     def generate(self, samples: list[Sample], *, n: int, budget: Budget, temperature: float,
-                 seed: int | None, scorer: Any = None) -> list[Rollout]: ...
+                 seed: int | None) -> list[Rollout]: ...
 
 
 Sampler = Callable[[], Sample]
@@ -47,14 +47,13 @@ class PipelineRL:
     def __init__(self, generator: GeneratorLike, sampler: Sampler, *, n: int,
                  groups_per_batch: int, max_lag: int, budget: Budget | Mapping[str, Budget],
                  temperature: float = 1.0,
-                 seed: int = 0, scorer: Any = None, max_in_flight: int | None = None,
+                 seed: int = 0, max_in_flight: int | None = None,
                  trainer_version: int = 0, poll_s: float = 0.05,
                  seed_fn: Callable[[int], int] | None = None):
         if n <= 0:
             raise ValueError(f"n (rollouts per prompt) must be > 0, got {n}")
         self.generator, self.sampler = generator, sampler
-        self.n, self.budget, self.temperature, self.seed, self.scorer = (
-            n, budget, temperature, seed, scorer)
+        self.n, self.budget, self.temperature, self.seed = n, budget, temperature, seed
         self.buffer = GroupBuffer(groups_per_batch, max_lag, trainer_version=trainer_version)
         self.max_in_flight = max_in_flight or groups_per_batch * (max_lag + 1)
         if self.max_in_flight <= 0:
@@ -146,7 +145,7 @@ class PipelineRL:
             return
         rollouts = self.generator.generate(
             [sample], n=self.n, budget=self.budget_for(sample), temperature=self.temperature,
-            seed=self.seed_fn(seq), scorer=self.scorer)
+            seed=self.seed_fn(seq))
         if len(rollouts) != self.n:
             raise RuntimeError(f"generator returned {len(rollouts)} rollouts for sample "
                                f"{sample.id!r} (seq {seq}), expected n={self.n}")

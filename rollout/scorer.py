@@ -1,10 +1,12 @@
 """Streaming scoring: each completion is scored as soon as it finishes, beside generation.
 
-`Scorer.submit(sample, completion)` hands the verdict to a thread pool (the task's verifier
-itself may use the math process pool or the sandbox) and returns a Future. `Task.score` never
-raises (a verifier that raises is `Score(status="error")`, envs/task.py), and an unknown task is
-an `error` verdict too: nothing escapes into the engine. Per-task latency (queue + verification)
-and status counts are recorded here. It does not generate.
+A `Scorer` holds the run's Task objects and its `Grading` settings (the sandbox, the math pool's
+size), both handed down by the glue: nothing here looks a task up in the global catalogue.
+`submit(sample, completion)` hands the verdict to a thread pool (the task's verifier itself may
+use the math process pool or the sandbox) and returns a Future. `Task.score` never raises (a
+verifier that raises is `Score(status="error")`, envs/task.py), and a sample of a task the run
+does not hold is an `error` verdict too: nothing escapes into the engine. Per-task latency (queue
++ verification) and status counts are recorded here. It does not generate.
 """
 
 from __future__ import annotations
@@ -13,39 +15,51 @@ import statistics
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from scalerl.envs.base import Sample, Score, reward_for, truncate
-from scalerl.envs.catalog import get_task
+from scalerl.envs.base import Sample, Score, truncate
+from scalerl.envs.grading import DEFAULT_GRADING, Grading
 from scalerl.envs.task import Task
-
-TaskLookup = Callable[[str], Task]
 
 
 class Scorer:
-    """Scores completions on a thread pool; records latency per task."""
+    """Scores completions of the run's tasks on a thread pool; records latency per task."""
 
-    def __init__(self, max_workers: int = 4, lookup: TaskLookup | None = None) -> None:
-        self._lookup = lookup or get_task
+    def __init__(self, tasks: Mapping[str, Task] | Iterable[Task],
+                 grading: Grading = DEFAULT_GRADING, max_workers: int = 4) -> None:
+        items = tasks.values() if isinstance(tasks, Mapping) else tasks
+        self.tasks: dict[str, Task] = {t.name: t for t in items}
+        """The run's tasks by name (what prompts are rendered with and scored by)."""
+        self.grading = grading
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="scorer")
         self._lock = threading.Lock()
         self._latency: dict[str, list[float]] = defaultdict(list)
         self._statuses: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
 
+    def task(self, name: str) -> Task:
+        """The run's task `name`; KeyError naming the tasks this scorer holds."""
+        if name not in self.tasks:
+            raise KeyError(f"task {name!r} is not one of this run's tasks: "
+                           f"{', '.join(sorted(self.tasks)) or 'none'}")
+        return self.tasks[name]
+
+    def system_prompt(self, name: str) -> str | None:
+        return self.task(name).system_prompt
+
     def submit(self, sample: Sample, completion: str) -> Future[Score]:
         """Score `completion` in the background; the Future never raises for verifier failures."""
         submitted = time.perf_counter()
         try:
-            task = self._lookup(sample.task)
-        except Exception as exc:  # unknown task: an error Score, resolved at once
+            task = self.task(sample.task)
+        except KeyError as exc:  # a task the run does not hold: an error Score, resolved at once
             fut: Future[Score] = Future()
-            fut.set_result(Score(status="error", reward=reward_for("error"),
-                                 detail=truncate(f"no task for sample {sample.id!r}: {exc}")))
+            fut.set_result(Score("error", truncate(f"no task for sample {sample.id!r}: "
+                                                   f"{exc.args[0]}")))
             return fut
 
         def work() -> Score:
-            score = task.score(sample, completion)  # never raises (envs/task.py)
+            score = task.score(sample, completion, self.grading)  # never raises (envs/task.py)
             with self._lock:
                 self._latency[sample.task].append(time.perf_counter() - submitted)
                 self._statuses[sample.task][score.status] += 1

@@ -38,8 +38,9 @@ from urllib.parse import urlparse
 from scalerl.rollout.base_generator import BaseGenerator, GeneratorUnavailable, Sampled
 from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.model_files import model_dir
+from scalerl.rollout.scorer import Scorer
 from scalerl.rollout.server_pool import RequestRejected, Server, ServerError, ServerPool
-from scalerl.rollout.vllm_worker import RELOAD_METHOD
+from scalerl.rollout.vllm_worker import INFO_METHOD, RELOAD_METHOD
 from scalerl.rollout.weight_files import write_weights
 from scalerl.rollout.weights import WeightUpdateError, checked_tensors, checkpoint_shapes
 
@@ -64,12 +65,12 @@ class ServerGenerator(BaseGenerator):
     """Scored rollouts from vLLM servers started with `scalerl serve` (or its command line)."""
 
     def __init__(self, model_path: str, *, config: EngineConfig, fp32_head: bool = True,
-                 scorer_workers: int = 4) -> None:
+                 scorer: Scorer | None = None) -> None:
         if not config.servers:
             raise ValueError("ServerGenerator needs at least one URL in engine.servers")
         self.config = config
         super().__init__(model_path, max_model_len=config.max_model_len, fp32_head=fp32_head,
-                         scorer_workers=scorer_workers)
+                         scorer=scorer)
         self._salt = uuid.uuid4().hex[:8]
         """This client's part of every cache salt: blocks cached for another client (e.g.
         another checkpoint on the same server) are never reused."""
@@ -102,6 +103,20 @@ class ServerGenerator(BaseGenerator):
         await self.pool.wait_up()
 
     # ---- joining a server -------------------------------------------------------------------
+    async def _check_precision(self, server: Server) -> None:
+        """The server's LM head must run as this client's (the trainer's) does: asked of the
+        server's own workers, not of the flags it was meant to get."""
+        reply = await self.pool.call(server, "POST", "/collective_rpc",
+                                     body={"method": INFO_METHOD})
+        info = reply["results"][0]
+        wanted = "float32" if self.fp32_head else self.config.dtype
+        if info["head_dtype"] != wanted:
+            fix = "--fp32-head" if self.fp32_head else "--no-fp32-head"
+            raise ServerError(f"{server.url}: computes its LM head in {info['head_dtype']}, this "
+                              f"run's in {wanted} (start it with scalerl serve {fix} --dtype "
+                              f"{self.config.dtype})")
+        self.engine_info = info
+
     async def _join(self, server: Server) -> None:
         """Make `server` serve this client: compatible settings, none of its stale requests, the
         current weights and version label, not paused (unless this client is)."""
@@ -115,6 +130,7 @@ class ServerGenerator(BaseGenerator):
             raise ServerError(f"{server.url}: serves max_model_len {model['max_model_len']} < "
                               f"engine.max_model_len {self.max_model_len} (start it with "
                               f"--max-model-len {self.max_model_len} or more)")
+        await self._check_precision(server)
         server.world_size = (await call(server, "GET", "/get_world_size",
                                         params={"include_dp": "false"}))["world_size"]
         if server.stale:

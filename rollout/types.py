@@ -2,7 +2,8 @@
 
 A `Rollout` is one completion of one sample with everything the trainer needs: token ids, the
 sampling logprob of every sampled token (None for forced interruption tokens, which are excluded
-from the loss), the policy version of every token, the finish reason and the verifier's Score.
+from the loss), the policy version of every token, the finish reason, whether thinking was
+interrupted, and the verifier's Score (a status, no reward: the trainer maps rewards).
 """
 
 from __future__ import annotations
@@ -82,19 +83,23 @@ class Rollout:
     """Policy version that produced each completion token (forced tokens: the version at
     injection)."""
     finish_reason: FinishReason
+    """How generation ended: `stop` (EOS), `interrupted` (EOS after a forced interruption),
+    `truncated` (a token budget ran out), `prompt_too_long` (never generated)."""
     thinking_tokens: int
     answer_tokens: int
     completion: str
     score: Score
     group: int = 0
     """Index of this rollout among the n rollouts of its sample."""
+    interrupted: bool = False
+    """Thinking reached its budget and the interruption phrase was forced, whatever happened
+    after (`finish_reason` says whether the answer then ended or ran out of budget)."""
+    reward: float | None = None
+    """What the trainer trains this rollout with, mapped from the verdict's status by the run's
+    reward settings (trainer/rewards.py); None until the trainer assigns it."""
     timings: dict[str, float] = field(default_factory=dict)
     """gen_s (generation wall time), score_s (verifier latency), queue_s, ..."""
     meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def forced_mask(self) -> tuple[bool, ...]:
-        return tuple(lp is None for lp in self.logprobs)
 
     @property
     def min_version(self) -> int:
@@ -104,10 +109,6 @@ class Rollout:
     def max_version(self) -> int:
         return max(self.versions) if self.versions else -1
 
-    @property
-    def reward(self) -> float:
-        return self.score.reward
-
     def to_row(self) -> dict[str, Any]:
         """The JSONL row written by `scalerl generate` and read by `scalerl eval --rollouts`."""
         return {
@@ -116,8 +117,9 @@ class Rollout:
             "token_ids": list(self.token_ids), "logprobs": list(self.logprobs),
             "policy_version": [self.min_version, self.max_version],
             "versions": list(self.versions), "finish_reason": self.finish_reason,
+            "interrupted": self.interrupted,
             "thinking_tokens": self.thinking_tokens, "answer_tokens": self.answer_tokens,
-            "status": self.score.status, "reward": self.score.reward,
-            "detail": self.score.detail, "score_latency_s": self.score.latency_s,
+            "status": self.score.status, "detail": self.score.detail,
+            "score_latency_s": self.score.latency_s,
             "timings": self.timings,
         }

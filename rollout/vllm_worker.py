@@ -1,8 +1,10 @@
-"""Inside vLLM's workers: an in-place weight reload that also refreshes tied layers.
+"""Inside vLLM's workers: an in-place weight reload that also refreshes tied layers, and what the
+engine really runs.
 
-vLLM mixes `WeightReload` into its worker class (engine argument `worker_extension_cls`, set by
-`EngineConfig.vllm_kwargs`, so the in-process engine and `scalerl serve`'s servers both have it)
-and `collective_rpc("scalerl_reload_weights", ...)` runs it on every worker.
+vLLM mixes `WorkerExtension` into its worker class (engine argument `worker_extension_cls`, set
+by `EngineConfig.vllm_kwargs`, so the in-process engine and `scalerl serve`'s servers both have
+it); `collective_rpc("scalerl_reload_weights", ...)` and `collective_rpc("scalerl_engine_info")`
+run on every worker, in-process or through a server's `/collective_rpc`.
 
 Why: vLLM 0.32's layerwise reload re-processes only the layers whose weights it loaded. A model
 with a tied LM head (Qwen2.5-1.5B, Llama-3.2-1B, ...) has no `lm_head.weight` in its files, so the
@@ -19,10 +21,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-WORKER_EXTENSION = "scalerl.rollout.vllm_worker.WeightReload"
+WORKER_EXTENSION = "scalerl.rollout.vllm_worker.WorkerExtension"
 """vLLM's `worker_extension_cls` (a qualified name resolved inside each worker)."""
 RELOAD_METHOD = "scalerl_reload_weights"
 """The `collective_rpc` method (in-process, and a server's `/collective_rpc`) that reloads."""
+INFO_METHOD = "scalerl_engine_info"
+"""The `collective_rpc` method that reports what the engine runs (`engine_info`)."""
 
 
 def refresh_tied_layers(model) -> list[str]:
@@ -46,8 +50,22 @@ def refresh_tied_layers(model) -> list[str]:
     return refreshed
 
 
-class WeightReload:
+def engine_info(model_config) -> dict:
+    """What an engine computes with, from its own config: the LM head's dtype (what vLLM's
+    logits are computed in: `head_dtype`, float32 with the FP32-head override), the model's
+    dtype and the longest sequence."""
+    def name(dtype) -> str:
+        return str(dtype).removeprefix("torch.")
+
+    return {"head_dtype": name(model_config.head_dtype), "dtype": name(model_config.dtype),
+            "max_model_len": int(model_config.max_model_len)}
+
+
+class WorkerExtension:
     """Mixed into vLLM's worker class; `self` is the worker."""
+
+    def scalerl_engine_info(self) -> dict:
+        return engine_info(self.vllm_config.model_config)
 
     def scalerl_reload_weights(self, weights_path: str) -> list[str]:
         """Reload the weights in place from `weights_path` (vLLM's own loader), then refresh the

@@ -2,7 +2,7 @@
 
 `check_tensors` validates names and shapes against the checkpoint before the engine is touched;
 `expand_versions` turns update marks into per-token policy versions; `check_precision_match` is
-the FP32-head agreement check the glue runs once between the trainer and its generator. No
+the LM-head dtype check the glue runs once between the trainer and what its generator reports. No
 engine here (rollout/weight_files.py writes the tensors the engine reloads).
 """
 
@@ -23,16 +23,17 @@ class WeightsUnknownError(WeightUpdateError):
 
 
 class PrecisionMismatchError(ValueError):
-    """Generator and trainer disagree on the FP32 LM head."""
+    """Generator and trainer compute the LM head in different dtypes."""
 
 
-def check_precision_match(generator_fp32_head: bool, trainer_fp32_head: bool) -> None:
-    """Raise when only one side computes the LM head in FP32 (ScaleRL §3.2: both or neither)."""
-    if generator_fp32_head != trainer_fp32_head:
+def check_precision_match(generator_head_dtype: str, trainer_head_dtype: str) -> None:
+    """Raise when the generator (as it reports itself) and the trainer compute the LM head in
+    different dtypes (ScaleRL §3.2: FP32 on both sides, or neither)."""
+    if generator_head_dtype != trainer_head_dtype:
         raise PrecisionMismatchError(
-            f"FP32 LM head must match on both sides: generator fp32_head={generator_fp32_head}, "
-            f"trainer fp32_head={trainer_fp32_head} (one-sided FP32 widens the logprob mismatch)"
-        )
+            f"the LM head must run in one dtype on both sides: the generator computes it in "
+            f"{generator_head_dtype}, the trainer in {trainer_head_dtype} (a one-sided FP32 head "
+            "widens the logprob mismatch; policy.fp32_head sets both)")
 
 
 def expand_versions(marks: list[tuple[int, int]], n: int) -> list[int]:

@@ -1,13 +1,14 @@
 """Sandbox: run untrusted programs under bubblewrap, docker or (loudly) bare rlimits.
 
-`get_backend()` gives the shared instance of a backend: the configured one (`configure`), else
-`bwrap` (warm bubblewrap workers) where it works, else docker; `bwrap-cold` (a fresh sandbox per
-run, slower) and `process` (no boundary) only when named. `backend_problem()` says, in one line
-with the fix, why the backend a run would get cannot work here (the preflight of code tasks).
-Backends keep warm state, so one instance per name is shared per process (`close_all()` releases
-them). Not here: the backends themselves (one module each: bwrap_warm, bwrap_cold, docker,
-process), the shapes (`Limits`, `ExecResult` in base.py), the programs that run inside the
-sandbox (inside/).
+`get_backend(name, workers)` gives the shared instance of a backend: the one named, else `bwrap`
+(warm bubblewrap workers) where it works, else docker; `bwrap-cold` (a fresh sandbox per run,
+slower) and `process` (no boundary) only when named. The caller passes the run's settings
+(`SandboxConfig`) as values: there is no process-wide configuration. `backend_problem()` says, in
+one line with the fix, why the backend a run would get cannot work here (the preflight of code
+tasks). Backends keep warm state, so one instance per (name, workers) is shared per process
+(`close_all()` releases them). Not here: the backends themselves (one module each: bwrap_warm,
+bwrap_cold, docker, process), the shapes (`Limits`, `ExecResult` in base.py), the programs that
+run inside the sandbox (inside/).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ else:
     _DOCKER_IMPORT_ERROR = ""
 
 DEFAULT_ORDER = ("bwrap", "docker")
-"""Backends `get_backend(None)` may choose when none is configured, best first. `process` is
+"""Backends `get_backend(None)` may choose when none is named, best first. `process` is
 never chosen implicitly."""
 _BWRAP_FIX = ("install bubblewrap (as root: apt-get install -y bubblewrap; `make install` does "
               "it) and run as root or in a delegated cgroup")
@@ -41,39 +42,15 @@ FIXES = {"bwrap": _BWRAP_FIX, "bwrap-cold": _BWRAP_FIX,
          "process": "python3 must be at /usr/bin/python3"}
 """backend -> what to do when it is not available here."""
 
-_config = SandboxConfig()
-_shared: dict[str, tuple[Backend, int | None]] = {}
-"""name -> (shared Backend, the `workers` it was built with)."""
+_shared: dict[tuple[str, int | None], Backend] = {}
+"""(name, workers) -> the shared Backend built with them."""
 _owner_pid = os.getpid()
 """The process that built `_shared`: a forked child must not share its parent's warm workers."""
 _lock = threading.Lock()
 
 __all__ = ["Backend", "ExecResult", "Job", "Limits", "SandboxConfig", "SandboxPool",
-           "available_backends", "backend_problem", "close_all", "configure", "current_config",
-           "get_backend", "register_backend"]
-
-
-def configure(config: SandboxConfig) -> None:
-    """Set the process-wide sandbox config (call it at start-up, before runs are in flight).
-
-    Shared backends built with another `workers` are closed, so the next `get_backend` builds
-    them with the new count; runs still in flight on them end as sandbox errors.
-    """
-    global _config
-    if not isinstance(config, SandboxConfig):
-        raise TypeError(f"configure() takes a SandboxConfig, got {type(config).__name__}")
-    with _lock:
-        _config = config
-        _forget_if_forked()
-        stale = [name for name, (_, workers) in _shared.items() if workers != config.workers]
-        backends = [_shared.pop(name)[0] for name in stale]
-    for backend in backends:
-        backend.close()
-
-
-def current_config() -> SandboxConfig:
-    """The process-wide sandbox config (`SandboxConfig()` until `configure` is called)."""
-    return _config
+           "available_backends", "backend_problem", "close_all", "get_backend",
+           "register_backend", "resolve_backend"]
 
 
 def available_backends() -> dict[str, tuple[bool, str]]:
@@ -85,9 +62,8 @@ def available_backends() -> dict[str, tuple[bool, str]]:
 
 
 def backend_problem(name: str | None = None) -> str | None:
-    """None when backend `name` (None: the configured one, else the default choice) works here;
-    else one line naming the backend, why it does not work, and the fix. Starts no workers."""
-    name = name or _config.backend
+    """None when backend `name` (None: the default choice) works here; else one line naming the
+    backend, why it does not work, and the fix. Starts no workers."""
     if name is None:
         try:
             _default_name()
@@ -107,26 +83,29 @@ def backend_problem(name: str | None = None) -> str | None:
             f"{FIXES.get(name, 'see scalerl sandbox backends')}{alternative}")
 
 
-def get_backend(name: str | None = None) -> Backend:
-    """The shared instance of backend `name` (None: the configured backend, else bwrap, else
-    docker, whichever works here); `process` gives a fresh instance, which warns, every time."""
-    config = _config
-    if name is None:
-        name = config.backend
-    if name is None:
-        return get_backend(_default_name())
+def resolve_backend(name: str | None) -> str:
+    """The backend `get_backend(name)` would use: `name`, else bwrap, else docker, whichever works
+    here (RuntimeError saying why each is unavailable when none does)."""
+    return _default_name() if name is None else name
+
+
+def get_backend(name: str | None = None, workers: int | None = None) -> Backend:
+    """The shared instance of backend `name` (None: bwrap, else docker, whichever works here) with
+    `workers` programs at once (None: the backend's default); `process` gives a fresh instance,
+    which warns, every time."""
+    name = resolve_backend(name)
     if name not in BACKENDS:
         raise ValueError(f"unknown sandbox backend {name!r}; known: {sorted(BACKENDS)}")
     ok, why = BACKENDS[name].available()
     if not ok:
         raise RuntimeError(f"sandbox backend {name!r} is not available here: {why}")
     if name == "process":  # warns at every start: a fresh instance each time
-        return BACKENDS[name].create(config.workers)
+        return BACKENDS[name].create(workers)
     with _lock:
         _forget_if_forked()
-        if name not in _shared:
-            _shared[name] = (BACKENDS[name].create(config.workers), config.workers)
-        return _shared[name][0]
+        if (name, workers) not in _shared:
+            _shared[(name, workers)] = BACKENDS[name].create(workers)
+        return _shared[(name, workers)]
 
 
 def _default_name() -> str:
@@ -154,7 +133,7 @@ def close_all() -> None:
     """Release every shared backend's warm workers (bwrap workers, docker containers)."""
     with _lock:
         _forget_if_forked()
-        backends = [backend for backend, _ in _shared.values()]
+        backends = list(_shared.values())
         _shared.clear()
     for backend in backends:
         backend.close()

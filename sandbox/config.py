@@ -1,8 +1,9 @@
 """`SandboxConfig`: the `sandbox:` section of the run config (backend, concurrency, grading caps).
 
 Covered: the fields, each documented once under it, and their checks (one-line ValueErrors that
-name the field and what is allowed). Not here: applying it (`scalerl.sandbox.configure`), reading
-YAML (scalerl/config.py composes the run config), the per-run `Limits` (base.py).
+name the field and what is allowed). Not here: using it (the code verifier passes its values to
+`get_backend` and `Limits`), reading YAML (scalerl/config.py composes the run config), the
+per-run `Limits` (base.py).
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ class SandboxConfig:
     workers: int | None = None
     """Sandboxed programs run at once per backend (its warm workers); None: the backend's default
     (bwrap: one per core; docker: 2 containers)."""
-    verify_workers: int | None = None
-    """Math-verify worker processes (the math verifier's pool in envs); None: min(4, cores)."""
     memory_mb: int = 512
     """Memory limit of one grading run (a program with all its tests), in MiB."""
     max_run_s: float = 60.0
@@ -35,10 +34,9 @@ class SandboxConfig:
         if self.backend is not None and self.backend not in KNOWN_BACKENDS:
             raise ValueError(f"sandbox.backend must be one of {list(KNOWN_BACKENDS)} or null, "
                              f"got {self.backend!r}")
-        for name in ("workers", "verify_workers"):
-            value = getattr(self, name)
-            if value is not None and not (_is_int(value) and value >= 1):
-                raise ValueError(f"sandbox.{name} must be an integer >= 1 or null, got {value!r}")
+        if self.workers is not None and not (_is_int(self.workers) and self.workers >= 1):
+            raise ValueError(f"sandbox.workers must be an integer >= 1 or null, "
+                             f"got {self.workers!r}")
         if not (_is_int(self.memory_mb) and self.memory_mb >= MIN_MEMORY_MB):
             raise ValueError(f"sandbox.memory_mb must be an integer >= {MIN_MEMORY_MB}, "
                              f"got {self.memory_mb!r}")

@@ -16,6 +16,8 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from scalerl.trainer.config import FieldError
+
 
 class ConfigError(ValueError):
     """A bad config: one line per problem, each naming the field and what is allowed."""
@@ -97,17 +99,29 @@ def _coerce_scalar(value: Any, tp: Any, where: str) -> Any:
 
 
 def build(cls: type, data: dict[str, Any], where: str = "") -> Any:
-    """`cls(**data)` with every value coerced to its field's type; unknown keys are errors."""
+    """`cls(**data)` with every value coerced to its field's type; unknown keys are errors.
+
+    Every problem is reported, one line each (ConfigError): every key is coerced before any is
+    refused, and a dataclass's own `__post_init__` checks name their fields under `where`.
+    """
     hints = _hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
-    kwargs = {}
+    kwargs, errors = {}, []
     for key, value in data.items():
         path = f"{where}.{key}" if where else key
         if key not in names:
-            raise ConfigError(f"unknown key {path!r}; valid keys: {', '.join(names)}")
-        kwargs[key] = _coerce(value, hints[key], path)
+            errors.append(f"unknown key {path!r}; valid keys: {', '.join(names)}")
+            continue
+        try:
+            kwargs[key] = _coerce(value, hints[key], path)
+        except ConfigError as e:
+            errors.append(str(e))
+    if errors:
+        raise ConfigError("\n".join(errors))
     try:
         return cls(**kwargs)
+    except FieldError as e:  # the dataclass's own checks, named under this section
+        raise ConfigError(e.lines(where)) from None
     except ValueError as e:  # a dataclass's own __post_init__ check
         raise ConfigError(f"{where or cls.__name__}: {e}") from None
 

@@ -2,10 +2,11 @@
 
 `load_config(path, overrides)` reads a YAML recipe (a name under scalerl/recipes or a file),
 applies `a.b=c` overrides and builds the frozen `RunConfig` (scalerl/coerce.py does the generic
-coercion; unknown keys are errors naming the valid ones). `resume_config(data, overrides)` rebuilds
-a run's own config for `--resume`, where only the `RESUMABLE` settings may change. `validate(cfg)`
-runs once at start-up and reports each bad value as one line naming the field and what is allowed;
-it holds every cross-field rule. No training or generation here, and no engine import (the
+coercion; unknown keys are errors naming the valid ones; each section's dataclass checks its own
+fields as it is built, so every bad value is one line naming the field and what is allowed).
+`resume_config(data, overrides)` rebuilds a run's own config for `--resume`, where only the
+`RESUMABLE` settings may change. `validate(cfg)` runs once at start-up with the rules across
+parts: the task mixture. No training or generation here, and no engine import (the
 engine's dataclass comes from rollout/engine_config.py, which imports neither torch nor vLLM).
 """
 
@@ -19,11 +20,12 @@ import yaml
 
 from scalerl.coerce import ConfigError, apply_override, build, to_dict
 from scalerl.envs.catalog import get_task
+from scalerl.envs.grading import Grading, VerifierConfig
 from scalerl.envs.registry import UnknownTaskError
 from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.types import Budget
 from scalerl.sandbox.config import SandboxConfig
-from scalerl.trainer.config import TrainerConfig
+from scalerl.trainer.config import TrainerConfig, check_fields
 
 __all__ = ["ConfigError", "RunConfig", "TaskMix", "build", "load_config", "recipe_names",
            "resume_config", "to_dict", "validate"]
@@ -44,6 +46,11 @@ class TaskMix:
     """Length budget of this task's rollouts (thinking, answer, total, phrase: see
     rollout/types.py `Budget`)."""
 
+    SECTION = "task"
+
+    def __post_init__(self) -> None:
+        check_fields(self, [(self.weight > 0, "weight", "must be > 0")])
+
 
 @dataclass(frozen=True)
 class RunConfig(TrainerConfig):
@@ -55,8 +62,20 @@ class RunConfig(TrainerConfig):
     """How the vLLM engine is started (rollout/engine_config.py `EngineConfig`); its LM head
     follows `policy.fp32_head`."""
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
-    """Where completions are checked: the code sandbox backend, worker counts, default limits
-    (sandbox/config.py `SandboxConfig`)."""
+    """Where model-written code runs: the sandbox backend, its workers, the caps of one grading
+    run (sandbox/config.py `SandboxConfig`)."""
+    verifiers: VerifierConfig = field(default_factory=VerifierConfig)
+    """How the verifiers themselves run: the math-verify pool's size (envs/grading.py
+    `VerifierConfig`)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_fields(self, [(len(self.tasks) >= 1, "tasks", "at least one task is needed")])
+
+    @property
+    def grading(self) -> Grading:
+        """What every verdict of this run needs: its sandbox and verifier settings."""
+        return Grading(sandbox=self.sandbox, verifiers=self.verifiers)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,7 +124,7 @@ def load_config(name_or_path: str | None = None, overrides: list[str] = ()) -> R
     return config_from_data(read_recipe(name_or_path), overrides)
 
 
-RESUMABLE: tuple[str, ...] = ("steps", "val", "checkpoint", "log", "sandbox",
+RESUMABLE: tuple[str, ...] = ("steps", "val", "checkpoint", "log", "sandbox", "verifiers",
                               "filters.max_error_frac", "filters.error_patience")
 """Settings (and sections) a `--set` may change when a run is resumed: how long it runs, what is
 validated, logged and kept, where code is checked, when verifier errors stop it. Anything else
@@ -143,61 +162,7 @@ def changed_fields(old: Any, new: Any, prefix: str = "") -> dict[str, tuple[Any,
 
 
 # ---------------------------------------------------------------------------------------------
-# Start-up validation: every value and cross-field rule, each problem one line.
-
-def _checks(cfg: RunConfig) -> list[tuple[bool, str]]:
-    """(ok, message) for every rule; messages name the field and what is allowed."""
-    o, opt, loss, val = cfg.offpolicy, cfg.optim, cfg.loss, cfg.val
-    return [
-        (cfg.steps > 0, f"steps = {cfg.steps}: must be > 0"),
-        (cfg.policy.temperature > 0, f"policy.temperature = {cfg.policy.temperature}: must be > 0"),
-        (cfg.policy.cpu_threads is None or cfg.policy.cpu_threads >= 1,
-         f"policy.cpu_threads = {cfg.policy.cpu_threads}: must be >= 1 or null (torch default)"),
-        (cfg.policy.logit_chunk_tokens >= 1,
-         f"policy.logit_chunk_tokens = {cfg.policy.logit_chunk_tokens}: must be >= 1"),
-        (cfg.policy.collective_timeout_s > 0,
-         f"policy.collective_timeout_s = {cfg.policy.collective_timeout_s}: must be > 0"),
-        (opt.lr > 0, f"optim.lr = {opt.lr}: must be > 0"),
-        (opt.eps > 0, f"optim.eps = {opt.eps}: must be > 0"),
-        (opt.weight_decay >= 0, f"optim.weight_decay = {opt.weight_decay}: must be >= 0"),
-        (all(0 <= b < 1 for b in opt.betas), f"optim.betas = {opt.betas}: each in [0, 1)"),
-        (opt.warmup_steps >= 0, f"optim.warmup_steps = {opt.warmup_steps}: must be >= 0"),
-        (opt.max_grad_norm is None or opt.max_grad_norm > 0,
-         f"optim.max_grad_norm = {opt.max_grad_norm}: must be > 0 or null"),
-        (o.k >= 1, f"offpolicy.k = {o.k}: must be >= 1"),
-        (o.max_lag >= 0, f"offpolicy.max_lag = {o.max_lag}: must be >= 0"),
-        (o.prompts_per_step >= 1, f"offpolicy.prompts_per_step = {o.prompts_per_step}: >= 1"),
-        (o.rollouts_per_prompt >= 2,
-         f"offpolicy.rollouts_per_prompt = {o.rollouts_per_prompt}: must be >= 2 (a group)"),
-        (o.micro_batch_size >= 1, f"offpolicy.micro_batch_size = {o.micro_batch_size}: >= 1"),
-        (loss.eps_max is None or loss.eps_max > 0, f"loss.eps_max = {loss.eps_max}: must be > 0"),
-        (loss.clip_low is None or 0 < loss.clip_low < 1,
-         f"loss.clip_low = {loss.clip_low}: must be in (0, 1)"),
-        (loss.clip_high is None or loss.clip_high > 0,
-         f"loss.clip_high = {loss.clip_high}: must be > 0"),
-        (cfg.advantages.eps >= 0, f"advantages.eps = {cfg.advantages.eps}: must be >= 0"),
-        (cfg.advantages.correct_reward > cfg.advantages.wrong_reward,
-         "advantages.correct_reward must be greater than advantages.wrong_reward"),
-        (0 < cfg.filters.retire_threshold <= 1,
-         f"filters.retire_threshold = {cfg.filters.retire_threshold}: must be in (0, 1]"),
-        (0 <= cfg.filters.max_error_frac <= 1,
-         f"filters.max_error_frac = {cfg.filters.max_error_frac}: must be in [0, 1]"),
-        (cfg.filters.error_patience >= 1,
-         f"filters.error_patience = {cfg.filters.error_patience}: must be >= 1"),
-        (val.every >= 0, f"val.every = {val.every}: must be >= 0 (0 disables validation)"),
-        (val.n >= 1, f"val.n = {val.n}: must be >= 1"),
-        (all(1 <= k <= val.n for k in val.ks), f"val.ks = {val.ks}: each in [1, val.n={val.n}]"),
-        (val.limit is None or val.limit >= 1, f"val.limit = {val.limit}: >= 1 or null"),
-        (cfg.checkpoint.every >= 0, f"checkpoint.every = {cfg.checkpoint.every}: must be >= 0"),
-        (cfg.checkpoint.keep >= 1, f"checkpoint.keep = {cfg.checkpoint.keep}: must be >= 1"),
-        (len(cfg.tasks) >= 1, "tasks: at least one task is needed"),
-        (o.mode != "pipelinerl" or o.k == 1,
-         f"offpolicy.k = {o.k}: must be 1 with mode pipelinerl (its staleness knob is "
-         "offpolicy.max_lag)"),
-    ] + [(t.weight > 0, f"tasks[{i}].weight = {t.weight}: must be > 0")
-         for i, t in enumerate(cfg.tasks)]
-
-
+# Start-up validation: the rules across parts (each section checked itself when it was built).
 
 def _task_errors(cfg: RunConfig) -> list[str]:
     errors = []
@@ -213,10 +178,9 @@ def _task_errors(cfg: RunConfig) -> list[str]:
 
 
 def validate(cfg: RunConfig, *, check_tasks: bool = True) -> RunConfig:
-    """Raise ConfigError listing every bad value (one line each); returns `cfg` when clean."""
-    errors = [msg for ok, msg in _checks(cfg) if not ok]
-    if check_tasks:
-        errors += _task_errors(cfg)
+    """Raise ConfigError listing every task problem (one line each); returns `cfg` when clean.
+    (Each section's own values were checked when it was built.)"""
+    errors = _task_errors(cfg) if check_tasks else []
     if errors:
-        raise ConfigError("\n".join(f"config: {e}" for e in errors))
+        raise ConfigError("\n".join(errors))
     return cfg

@@ -83,15 +83,14 @@ def cgroup_limits() -> Check:
 
 
 def sandboxes() -> list[Check]:
-    from scalerl.sandbox import DEFAULT_ORDER, FIXES, available_backends, current_config
+    from scalerl.sandbox import DEFAULT_ORDER, FIXES, available_backends
 
     out = [cgroup_limits()]
     table = available_backends()
     for name, (ok, why) in table.items():
         status = "ok" if ok else ("fail" if name == "bwrap" else "warn")
         out.append(Check(f"sandbox {name}", status, why, "" if ok else FIXES.get(name, "")))
-    chosen = current_config().backend or next(
-        (n for n in DEFAULT_ORDER if table.get(n, (False,))[0]), None)
+    chosen = next((n for n in DEFAULT_ORDER if table.get(n, (False,))[0]), None)
     if chosen is None or not table.get(chosen, (False,))[0]:
         out.append(Check("code tasks", "fail", "no sandbox backend works here: code tasks "
                          "(synth_code in the default run) would score only errors",
@@ -171,9 +170,12 @@ def engine_start(log_path: Path) -> list[Check]:
     t = time.perf_counter()
     try:
         with output_to(log_path):
+            from scalerl.envs.catalog import get_task
             from scalerl.rollout.engine import EngineGenerator
+            from scalerl.rollout.scorer import Scorer
 
-            with EngineGenerator(path, config=EngineConfig(max_model_len=256)) as gen:
+            with EngineGenerator(path, config=EngineConfig(max_model_len=256),
+                                 scorer=Scorer([get_task("arith")])) as gen:
                 started = time.perf_counter() - t
                 rollout = gen.generate([Sample(id="0", task="arith", prompt="1+1=")], n=1,
                                        budget=Budget(answer=16), temperature=1.0, seed=0)[0]

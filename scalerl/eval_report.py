@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from scalerl.envs.base import dumps
+from scalerl.models import resolve_model
 from scalerl.rollout.heldout import (
     EvalReport,
     Record,
@@ -28,9 +29,8 @@ from scalerl.rollout.heldout import (
     aggregate,
     eval_samples,
     record_from_row,
-    resolve_tasks,
 )
-from scalerl.rollout.model_files import ModelNotFoundError, model_dir
+from scalerl.rollout.model_files import ModelNotFoundError
 from scalerl.rollout.types import Budget
 
 
@@ -96,12 +96,12 @@ def resolve_models(paths: Sequence[str]) -> list[ModelRef]:
             refs += [ModelRef(str(s), _step_of(s), f"{s.parent.name}/{s.name}") for s in steps]
         elif p.exists():
             refs.append(ModelRef(str(p), _step_of(p), p.name))
-        elif raw.startswith((".", "/", "~")) or raw.count("/") != 1:
+        elif raw.startswith((".", "/", "~")) or (raw != "tiny" and raw.count("/") != 1):
             raise EvalInputError(f"{raw}: no such model directory (give a local HF model dir, a "
-                                 "run dir, its checkpoints/ folder, or a hub id org/name)")
-        else:  # a hub id: its snapshot in the Hugging Face cache (HF_HUB_OFFLINE honoured)
+                                 "run dir, its checkpoints/ folder, a hub id org/name, or tiny)")
+        else:  # `tiny`, or a hub id's snapshot in the HF cache: the one resolver (models.py)
             try:
-                refs.append(ModelRef(str(model_dir(raw)), None, raw))
+                refs.append(ModelRef(resolve_model(raw), None, raw))
             except ModelNotFoundError as exc:
                 raise EvalInputError(str(exc)) from None
     return refs
@@ -211,7 +211,9 @@ def eval_model(ref: ModelRef, settings: EvalSettings, cache: RolloutCache,
     (by `make_generator`) only if something is missing."""
     t0 = time.perf_counter()
     generator, rows, generated, cached = None, [], 0, 0
-    for task in resolve_tasks(list(settings.tasks)):
+    from scalerl.envs.catalog import get_task
+
+    for task in [get_task(name) for name in settings.tasks]:
         samples = eval_samples(task, settings.split, settings.limit)
         have = cache.load(ref.path, settings, task.name)
         missing = [s for s in samples if s.id not in have]

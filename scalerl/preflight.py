@@ -1,8 +1,8 @@
 """The preflight of `train`, `eval` and `generate`: can every task's verifier work on this machine?
 
-Each task answers for itself (`Task.preflight()`: its kind's check, e.g. a code task needs a
-working sandbox backend, unless the task declares needs of its own). This runs after the run's
-sandbox settings are applied and before any engine or model is started, so a run that could only
+Each task answers for itself with the run's grading settings (`Task.preflight(grading)`: its
+kind's check, e.g. a code task needs the run's sandbox backend to work, unless the task declares
+needs of its own). This runs before any engine or model is started, so a run that could only
 score `error` stops at once with one line per task naming what is missing and the fix. It starts
 no engine and scores nothing; `scalerl doctor` is the machine-wide report.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from scalerl.envs.grading import DEFAULT_GRADING, Grading
 from scalerl.envs.task import Task
 
 PREFLIGHT_EXIT = 3
@@ -25,12 +26,12 @@ class PreflightError(RuntimeError):
         return "\n".join(f"scalerl {command}: {line}" for line in str(self).splitlines())
 
 
-def task_problems(tasks: Iterable[Task]) -> list[str]:
+def task_problems(tasks: Iterable[Task], grading: Grading = DEFAULT_GRADING) -> list[str]:
     """One line per task whose verifier cannot work here (a raising check counts as one)."""
     problems = []
     for task in tasks:
         try:
-            problem = task.preflight()
+            problem = task.preflight(grading)
         except Exception as exc:  # a broken check is reported, never a crash mid-start-up
             problem = f"its preflight raised {type(exc).__name__}: {exc}"
         if problem:
@@ -38,8 +39,9 @@ def task_problems(tasks: Iterable[Task]) -> list[str]:
     return problems
 
 
-def check_tasks(tasks: Iterable[Task]) -> None:
-    """Raise PreflightError listing every task whose verifier cannot work on this machine."""
-    problems = task_problems(tasks)
+def check_tasks(tasks: Iterable[Task], grading: Grading = DEFAULT_GRADING) -> None:
+    """Raise PreflightError listing every task whose verifier cannot work on this machine with
+    the run's `grading` settings."""
+    problems = task_problems(tasks, grading)
     if problems:
         raise PreflightError("\n".join(problems))

@@ -1,18 +1,19 @@
-"""Glue for one training run: placement, the accelerator, the policy, the generator and the
-tasks, then `trainer.offpolicy.train`.
+"""Glue for one training run: placement, the accelerator, the policy, the generator and the tasks,
+then `trainer.offpolicy.train`.
 
-`preflight(cfg)` applies the run's sandbox settings and checks that every task's verifier can work
-here, before any model or engine is touched. `run_training(cfg, run_dir, model_path, ckpt)` is
-what `scalerl train`, `scalerl bench train` and the tests call: it applies the sandbox settings,
-decides which GPUs train and which generate (scalerl/placement.py; with `engine.servers` the
-engine is elsewhere and every GPU trains), builds Accelerate (its collective timeout from the
-config), the policy (gradient checkpointing, chunked LM head, FSDP2 sharding when asked:
-trainer/sharding.py), starts the generator on rank 0 (a vLLM engine in this process, its own
-output into `engine_log` when given, or the `engine.servers`) with the policy's LM-head precision
-while the other ranks wait outside the collective timeout (trainer/waiting.py), resolves the task
-mixture and trains. No
-argument parsing, no printing of results (scalerl/commands/train.py does that); rank 0 prints the
-start-up facts (placement, the trainer state's bytes per parameter) to stderr.
+`preflight(cfg)` checks that every task's verifier can work here with the run's grading settings
+(sandbox, math pool), before any model or engine is touched. `run_training(cfg, run_dir,
+model_path, ckpt)` is what `scalerl train`, `scalerl bench train` and the tests call: it builds
+the run's Task objects and its one scorer (those tasks plus the run's grading settings), decides
+which GPUs train and which generate (scalerl/placement.py; with `engine.servers` the engine is
+elsewhere and every GPU trains), builds Accelerate (its collective timeout from the config), the
+policy (gradient checkpointing, chunked LM head, FSDP2 sharding when asked: trainer/sharding.py),
+starts the generator on rank 0 (a vLLM engine in this process, its own output into `engine_log`
+when given, or the `engine.servers`) with that scorer and the policy's LM-head precision while
+the other ranks wait outside the collective timeout (trainer/waiting.py), resolves the task
+mixture and trains. No argument parsing, no printing of results (scalerl/commands/train.py does
+that); rank 0 prints the start-up facts (placement, the trainer state's bytes per parameter) to
+stderr.
 """
 
 from __future__ import annotations
@@ -95,43 +96,60 @@ def build_policy(policy, model_path: str, accelerator):
     return module
 
 
+def trainer_head_dtype(policy) -> str:
+    """The dtype the trainer computes its LM head in (`policy`: the PolicyConfig): float32 with
+    `fp32_head`, else its compute dtype (`auto`: bf16 on GPU, fp32 on CPU)."""
+    import torch
+
+    if policy.fp32_head:
+        return "float32"
+    if policy.dtype == "auto":
+        return "bfloat16" if torch.cuda.is_available() else "float32"
+    return policy.dtype
+
+
 def policy_dtype(dtype: str) -> str:
     """`auto`: float32 weights (bf16 autocast on GPU comes from the Accelerator)."""
     return "float32" if dtype == "auto" else dtype
 
 
-def apply_sandbox(cfg: RunConfig) -> None:
-    """The run's `sandbox:` section: the code sandbox's backend, workers and limits, and the
-    math verifier's pool size."""
-    import scalerl.sandbox
-    from scalerl.envs.math import configure_pool
+def run_tasks(cfg: RunConfig) -> dict:
+    """The run's Task objects by name (the catalogue is read here, once, by the glue)."""
+    from scalerl.envs.catalog import get_task
 
-    scalerl.sandbox.configure(cfg.sandbox)
-    configure_pool(cfg.sandbox.verify_workers)
+    return {t.name: get_task(t.name) for t in cfg.tasks}
 
 
 def preflight(cfg: RunConfig) -> None:
-    """Apply the run's sandbox settings, then raise PreflightError (one line per task) when a
-    task's verifier cannot work on this machine."""
-    from scalerl.envs.catalog import get_task
+    """Raise PreflightError (one line per task) when a task's verifier cannot work on this
+    machine with the run's grading settings."""
     from scalerl.preflight import check_tasks
 
-    apply_sandbox(cfg)
-    check_tasks(get_task(t.name) for t in cfg.tasks)
+    check_tasks(run_tasks(cfg).values(), cfg.grading)
 
 
-def start_generator(cfg: RunConfig, model_path: str, engine_log: Path | None):
+def make_scorer(tasks, grading):
+    """The one scorer of a run: its Task objects and its grading settings."""
+    from scalerl.rollout.scorer import Scorer
+
+    return Scorer(tasks, grading)
+
+
+def start_generator(cfg: RunConfig, model_path: str, engine_log: Path | None, scorer):
     """The run's generator (rollout/factory.py: the vLLM engine in this process, or the
-    `engine.servers`); with `engine_log`, everything an in-process engine says goes there."""
+    `engine.servers`) scoring with `scorer`; with `engine_log`, everything an in-process engine
+    says goes there."""
     from scalerl.rollout.factory import make_generator
 
     if engine_log is None or cfg.engine.servers:
-        return make_generator(model_path, cfg.engine, fp32_head=cfg.policy.fp32_head)
+        return make_generator(model_path, cfg.engine, scorer=scorer,
+                              fp32_head=cfg.policy.fp32_head)
     from scalerl.engine_log import output_to, route_vllm_logging
 
     route_vllm_logging(engine_log)
     with output_to(engine_log):
-        return make_generator(model_path, cfg.engine, fp32_head=cfg.policy.fp32_head)
+        return make_generator(model_path, cfg.engine, scorer=scorer,
+                              fp32_head=cfg.policy.fp32_head)
 
 
 def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | None = None, *,
@@ -139,7 +157,6 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
     """Build model, generator and tasks; train; return the Run (None on ranks other than 0)."""
     from transformers import AutoTokenizer
 
-    from scalerl.envs.catalog import get_task
     from scalerl.placement import engine_env
     from scalerl.rollout.weights import check_precision_match
     from scalerl.trainer.loop import TrainTask, train
@@ -147,7 +164,6 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
     from scalerl.trainer.sharding import memory_line
     from scalerl.trainer.waiting import init_waiting, wait_for_rank0
 
-    apply_sandbox(cfg)
     placement = place_gpus(cfg)
     accelerator = build_accelerator(cfg.policy)
     check_launch(accelerator)
@@ -158,7 +174,8 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
         torch.cuda.init()
     policy = build_policy(cfg.policy, model_path, accelerator)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    tasks = {t.name: TrainTask(get_task(t.name), t.budget, t.weight) for t in cfg.tasks}
+    objects = run_tasks(cfg)
+    tasks = {t.name: TrainTask(objects[t.name], t.budget, t.weight) for t in cfg.tasks}
     generator = publisher = None
     if accelerator.is_main_process:
         print(memory_line(policy, accelerator.num_processes, cfg.policy.sharding == "fsdp2"),
@@ -166,8 +183,9 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
         if placement is not None:
             print(placement.describe(), file=sys.stderr)
         with engine_env(placement):
-            generator = start_generator(cfg, model_path, engine_log)
-        check_precision_match(generator.fp32_head, cfg.policy.fp32_head)
+            generator = start_generator(cfg, model_path, engine_log,
+                                        make_scorer(objects, cfg.grading))
+        check_precision_match(generator.head_dtype, trainer_head_dtype(cfg.policy))
         publisher = make_publisher(cfg.engine.weight_transfer, generator)
     wait_for_rank0()  # the other ranks wait for the engine here, outside the collective timeout
     set_cpu_threads(cfg.policy.cpu_threads)  # after the engine starts: its processes keep theirs

@@ -2,7 +2,8 @@
 by every slow test.
 
 `tiny_model_path` builds (or finds cached) the tiny model; `engine` starts one `EngineGenerator`
-on it for the whole session (vLLM start-up is ~20-60 s on 2 cores). Tests that change the engine's
+on it for the whole session (vLLM start-up is ~20-60 s on 2 cores), scoring with the tasks the
+tests generate for (arith and its levels, synth_code). Tests that change the engine's
 weights must put the original ones back (see tests/rollout/test_engine.py); its `version` may
 therefore be above 0 when a test starts. `vllm_servers` starts two real servers with `scalerl
 serve` (~70-120 s on 2 cores, ~2.7 GiB each); the tests that use them run last in the session
@@ -34,9 +35,11 @@ def engine_config():
 
 @pytest.fixture(scope="session")
 def engine(tiny_model_path, engine_config):
+    from session_tasks import session_scorer
+
     from scalerl.rollout.engine import EngineGenerator
 
-    generator = EngineGenerator(tiny_model_path, config=engine_config)
+    generator = EngineGenerator(tiny_model_path, config=engine_config, scorer=session_scorer())
     yield generator
     generator.close()
 

@@ -162,3 +162,22 @@ def test_type_checking_imports_are_left_out_and_lazy_ones_kept():
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+CATALOGUES = ("scalerl.envs.catalog", "scalerl.envs.registry")
+"""Where tasks are looked up by name. Only the glue may: it builds the run's Task objects once and
+hands them down (the scorer, the trainer's tasks, held-out evaluation)."""
+
+
+def test_nothing_under_rollout_or_trainer_looks_a_task_up_by_name():
+    lookups = sorted(f"{m} imports {dep}" for m, deps in TYPED_GRAPH.items() for dep in deps
+                     if floor_of(m) in (FLOORS["rollout"], FLOORS["trainer"])
+                     and dep in CATALOGUES)
+    assert lookups == [], "task lookups by name below the glue:\n" + "\n".join(lookups)
+
+
+def test_the_lookup_rule_would_see_a_lazy_lookup():
+    tree = ast.parse("def f(name):\n    from scalerl.envs.catalog import get_task\n"
+                     "    return get_task(name)\n")
+    found = {n.module for n in _runtime_nodes(tree) if isinstance(n, ast.ImportFrom)}
+    assert found & set(CATALOGUES) == {"scalerl.envs.catalog"}

@@ -11,17 +11,12 @@ from collections.abc import Callable
 
 import torch
 
+from scalerl.trainer.registry import Registry
+
 Tensor = torch.Tensor
-NormaliseFn = Callable[[Tensor, Tensor, Tensor, float], Tensor]
-NORMALISATIONS: dict[str, NormaliseFn] = {}
-
-
-def register_normalisation(name: str) -> Callable[[NormaliseFn], NormaliseFn]:
-    def deco(fn: NormaliseFn) -> NormaliseFn:
-        NORMALISATIONS[name] = fn
-        return fn
-
-    return deco
+NormaliseFn = Callable[[Tensor, Tensor, float], Tensor]
+NORMALISATIONS: Registry[NormaliseFn] = Registry("advantage normalisation")
+register_normalisation = NORMALISATIONS.register
 
 
 def group_mean(values: Tensor, group_ids: Tensor) -> Tensor:
@@ -39,39 +34,28 @@ def group_centred(rewards: Tensor, group_ids: Tensor) -> Tensor:
 
 
 @register_normalisation("none")
-def _none(centred: Tensor, group_ids: Tensor, keep: Tensor, eps: float) -> Tensor:
+def _none(centred: Tensor, group_ids: Tensor, eps: float) -> Tensor:
     return centred
 
 
 @register_normalisation("prompt")
-def _prompt(centred: Tensor, group_ids: Tensor, keep: Tensor, eps: float) -> Tensor:
+def _prompt(centred: Tensor, group_ids: Tensor, eps: float) -> Tensor:
     """A_i / (std_{j in group(i)} r_j + eps); the centred values have the rewards' group std."""
     var = group_mean(centred**2, group_ids)
     return centred / (var.sqrt() + eps)
 
 
 @register_normalisation("batch")
-def _batch(centred: Tensor, group_ids: Tensor, keep: Tensor, eps: float) -> Tensor:
-    """A_i / (std of the centred advantages of the rows in `keep` + eps) (J_ScaleRL, ScaleRL §4)."""
-    kept = centred[keep]
-    std = kept.std(unbiased=False) if kept.numel() else torch.tensor(0.0)
-    return centred / (std + eps)
+def _batch(centred: Tensor, group_ids: Tensor, eps: float) -> Tensor:
+    """A_i / (std of all the batch's centred advantages + eps) (J_ScaleRL, ScaleRL §4)."""
+    return centred / (centred.std(unbiased=False) + eps)
 
 
-def compute_advantages(rewards: Tensor, group_ids: Tensor, *, normalise: str, eps: float = 1e-6,
-                       keep: Tensor | None = None) -> Tensor:
-    """Group-centred advantages (B,), normalised by `normalise` (none | prompt | batch).
-
-    `keep` (B,) bool selects the rows whose spread sets the batch std (e.g. the rows left after
-    zero-variance filtering); None means every row.
-    """
-    if normalise not in NORMALISATIONS:
-        raise KeyError(
-            f"unknown advantage normalisation {normalise!r}; known: "
-            f"{', '.join(sorted(NORMALISATIONS))}"
-        )
-    rewards = rewards.float()
-    if keep is None:
-        keep = torch.ones_like(rewards, dtype=torch.bool)
-    centred = group_centred(rewards, group_ids)
-    return NORMALISATIONS[normalise](centred, group_ids, keep, eps)
+def compute_advantages(rewards: Tensor, group_ids: Tensor, *, normalise: str,
+                       eps: float = 1e-6) -> Tensor:
+    """Group-centred advantages (B,), normalised by `normalise` (a registered normalisation:
+    none | prompt | batch). The rows whose spread sets the batch std are the rows given (the
+    trainer adds the filtered zero-variance rows as zeros for `advantages.std_scope: all`)."""
+    normalise_fn = NORMALISATIONS[normalise]
+    centred = group_centred(rewards.float(), group_ids)
+    return normalise_fn(centred, group_ids, eps)

@@ -1,11 +1,12 @@
 """From scored groups of rollouts to the padded tensors one optimizer step trains on.
 
-`prepare_groups` leaves out `error` verdicts (a group with fewer than 2 rollouts left is dropped),
-then applies the truncation policy, zero-variance filtering and the prompt-retirement
-bookkeeping; `collate` computes advantages and the aggregation weights over the WHOLE global batch
-and pads everything, so any split into micro-batches or ranks (`TrainBatch.select`) trains on
-exactly the same loss. Rows come out shortest first, so micro-batches of consecutive rows pad
-little. No model and no optimiser here.
+`prepare_groups` leaves out `error` verdicts (a group with fewer than 2 rollouts left is
+dropped), then applies the truncation policy, maps each verdict to its reward once
+(trainer/rewards.py), then zero-variance filtering and the prompt-retirement bookkeeping;
+`collate` computes advantages and the aggregation weights over the WHOLE global batch and pads
+everything, so any split into micro-batches or ranks (`TrainBatch.select`) trains on exactly the
+same loss. Rows come out shortest first, so micro-batches of consecutive rows pad little. No
+model and no optimiser here.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from scalerl.envs.base import reward_for
 from scalerl.trainer.advantages import compute_advantages
 from scalerl.trainer.filters import (
     Group,
@@ -25,6 +25,7 @@ from scalerl.trainer.filters import (
     pass_rate,
 )
 from scalerl.trainer.losses import aggregation_weights
+from scalerl.trainer.rewards import RewardMap, rewards_of
 
 Tensor = torch.Tensor
 
@@ -80,22 +81,22 @@ class GroupReport:
     """Rollouts left out because their verdict was `error` (never trained on)."""
     error_groups_dropped: int = 0
     """Groups dropped because fewer than 2 rollouts were left once errors were left out."""
+    rewarded: tuple[Group, ...] = ()
+    """Every group that got rewards (after errors and the truncation policy, before zero-variance
+    filtering), each rollout carrying the reward it trains with: what `reward/*` logs."""
 
     @property
     def error_excluded_frac(self) -> float:
         return self.error_excluded / max(self.rollouts_in, 1)
 
 
-def map_rewards(group: Group, correct: float, wrong: float) -> list[float]:
-    return [reward_for(r.score.status, correct, wrong) for r in group]
-
-
-def prepare_groups(groups: list[Group], *, truncation: str, correct_reward: float,
-                   wrong_reward: float, zero_variance_filter: bool,
+def prepare_groups(groups: list[Group], *, truncation: str, rewards: RewardMap,
+                   zero_variance_filter: bool,
                    retirement: PromptRetirement) -> tuple[list[Group], GroupReport]:
-    """Errors out, then the truncation policy, NPR bookkeeping and zero-variance filtering (no
-    refilling). A group's baseline and the batch std come from its non-error rollouts only."""
-    kept, zero_var, retired, dropped, zero_rows = [], 0, 0, 0, 0
+    """Errors out, then the truncation policy, the rewards, NPR bookkeeping and zero-variance
+    filtering (no refilling). A group's baseline and the batch std come from its non-error
+    rollouts only; the kept groups' rollouts carry their rewards."""
+    kept, rewarded, zero_var, retired, dropped, zero_rows = [], [], 0, 0, 0, 0
     errors, error_groups = 0, 0
     for group in groups:
         scored = drop_errors(group)
@@ -103,21 +104,22 @@ def prepare_groups(groups: list[Group], *, truncation: str, correct_reward: floa
         if len(scored) < min(2, len(group)):  # too few left to centre on
             error_groups += 1
             continue
-        trimmed = apply_truncation(scored, truncation, wrong_reward)
+        trimmed = apply_truncation(scored, truncation)
         dropped += len(scored) - len(trimmed)
         if not trimmed:
             continue
+        trimmed = rewards.assign(trimmed)
+        rewarded.append(trimmed)
         first = trimmed[0]
         retired += retirement.observe(f"{first.task}/{first.sample_id}", pass_rate(trimmed))
-        if zero_variance_filter and is_zero_variance(map_rewards(trimmed, correct_reward,
-                                                                 wrong_reward)):
+        if zero_variance_filter and is_zero_variance(rewards_of(trimmed)):
             zero_var += 1
             zero_rows += len(trimmed)
             continue
         kept.append(trimmed)
     report = GroupReport(len(groups), zero_var, retired, dropped, zero_rows,
                          rollouts_in=sum(len(g) for g in groups), error_excluded=errors,
-                         error_groups_dropped=error_groups)
+                         error_groups_dropped=error_groups, rewarded=tuple(rewarded))
     return kept, report
 
 
@@ -126,10 +128,10 @@ def _pad(rows: list[list[float]], value: float, dtype: torch.dtype) -> Tensor:
     return torch.tensor([list(r) + [value] * (width - len(r)) for r in rows], dtype=dtype)
 
 
-def collate(groups: list[Group], *, normalise: str, aggregation: str, correct_reward: float,
-            wrong_reward: float, pad_id: int, eps: float = 1e-6,
-            zero_rows: int = 0) -> TrainBatch:
-    """Advantages and aggregation weights over all `groups`, then right-padded tensors.
+def collate(groups: list[Group], *, normalise: str, aggregation: str, pad_id: int,
+            eps: float = 1e-6, zero_rows: int = 0) -> TrainBatch:
+    """Advantages (from the rewards `prepare_groups` assigned) and aggregation weights over all
+    `groups`, then right-padded tensors.
 
     `zero_rows` counts rollouts of filtered zero-variance groups: their (zero) centred
     advantages join the batch std (advantages.std_scope = all) but are not trained on.
@@ -143,8 +145,7 @@ def collate(groups: list[Group], *, normalise: str, aggregation: str, correct_re
     if not rollouts:
         raise ValueError("collate: no rollouts left to train on")
     group_ids = torch.tensor([i for i, g in enumerate(groups) for _ in g])
-    rewards = torch.tensor([x for g in groups for x in map_rewards(g, correct_reward,
-                                                                   wrong_reward)])
+    rewards = torch.tensor([x for g in groups for x in rewards_of(g)])
     pad_groups = torch.arange(len(groups), len(groups) + zero_rows)  # one alike row each
     advantages = compute_advantages(torch.cat([rewards, torch.zeros(zero_rows)]),
                                     torch.cat([group_ids, pad_groups]), normalise=normalise,

@@ -1,15 +1,48 @@
 """The trainer's frozen config dataclasses; every field documented once, right under it.
 
 Defaults are the ScaleRL paper's (Khatri et al. 2025, §4 and App. A.3) except where the paper is
-silent, where the default chosen is documented on the field. Cross-field checks live in
-`scalerl.config.validate`, which runs once at start-up; this module only declares shapes and
-allowed values.
+silent, where the default chosen is documented on the field. Each dataclass checks its own fields
+in `__post_init__`, so one built directly (a bench, a test, a library user) is checked exactly as
+the run config is: a `FieldError` with one line per bad value, naming the field and what is
+allowed. Names of losses, aggregations, normalisations and truncation policies are checked
+against their registries (registering one is enough to use it). Rules across parts (the tasks,
+the engine) live in `scalerl.config.validate`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
+
+Rule = tuple[bool, str, str]
+"""(ok, field name, what is allowed)."""
+
+
+class FieldError(ValueError):
+    """Bad values of one config dataclass, one line each: `section.field = value: allowed`."""
+
+    def __init__(self, obj: Any, problems: list[tuple[str, str]]):
+        self.obj, self.problems = obj, problems
+        super().__init__(self.lines(getattr(obj, "SECTION", "")))
+
+    def lines(self, section: str) -> str:
+        """The problems with every field named under `section` (e.g. `optim`, `tasks[0]`)."""
+        prefix = f"{section}." if section else ""
+        return "\n".join(f"{prefix}{name} = {getattr(self.obj, name)!r}: {what}"
+                         for name, what in self.problems)
+
+
+def check_fields(obj: Any, rules: Iterable[Rule]) -> None:
+    """Raise FieldError listing every rule of `obj` that fails."""
+    problems = [(name, what) for ok, name, what in rules if not ok]
+    if problems:
+        raise FieldError(obj, problems)
+
+
+def _in(registry: Any, value: str, field_name: str) -> Rule:
+    return (value in registry, field_name,
+            f"allowed: {', '.join(registry.names())} (the registered {registry.what} names)")
 
 
 @dataclass(frozen=True)
@@ -54,13 +87,26 @@ class PolicyConfig:
     wait on a separate gloo group without this limit (a failed rank still ends the job:
     torchrun stops every rank when one exits)."""
 
+    SECTION = "policy"
+
+    def __post_init__(self) -> None:
+        check_fields(self, [
+            (self.temperature > 0, "temperature", "must be > 0"),
+            (self.cpu_threads is None or self.cpu_threads >= 1, "cpu_threads",
+             "must be >= 1 or null (torch default)"),
+            (self.logit_chunk_tokens >= 1, "logit_chunk_tokens", "must be >= 1"),
+            (self.collective_timeout_s > 0, "collective_timeout_s", "must be > 0"),
+        ])
+
 
 @dataclass(frozen=True)
 class LossConfig:
-    name: Literal["cispo", "grpo", "dapo", "gspo"] = "cispo"
-    """Surrogate, a key of trainer.losses.LOSSES (paper §3.2, App. A.2)."""
-    aggregation: Literal["prompt", "sample", "token"] = "prompt"
-    """How per-token losses are averaged (paper §3.2); ScaleRL: prompt."""
+    name: str = "cispo"
+    """Surrogate, a registered loss (trainer.losses.LOSSES: cispo, grpo, dapo, gspo; paper §3.2,
+    App. A.2)."""
+    aggregation: str = "prompt"
+    """How per-token losses are averaged, a registered aggregation (trainer.losses.AGGREGATIONS:
+    prompt, sample, token; paper §3.2); ScaleRL: prompt."""
     eps_max: float | None = None
     """CISPO absolute cap on the importance ratio (None: the loss default, 4)."""
     clip_low: float | None = None
@@ -70,11 +116,25 @@ class LossConfig:
     length_norm: bool | None = None
     """GSPO: length-normalised sequence ratio (None: the loss default, True)."""
 
+    SECTION = "loss"
+
+    def __post_init__(self) -> None:
+        from scalerl.trainer.losses import AGGREGATIONS, LOSSES
+
+        check_fields(self, [
+            _in(LOSSES, self.name, "name"), _in(AGGREGATIONS, self.aggregation, "aggregation"),
+            (self.eps_max is None or self.eps_max > 0, "eps_max", "must be > 0"),
+            (self.clip_low is None or 0 < self.clip_low < 1, "clip_low", "must be in (0, 1)"),
+            (self.clip_high is None or self.clip_high > 0, "clip_high", "must be > 0"),
+        ])
+
 
 @dataclass(frozen=True)
 class AdvantageConfig:
-    normalise: Literal["batch", "prompt", "none"] = "batch"
-    """After group centring: divide by the batch std (ScaleRL), the prompt std, or nothing."""
+    normalise: str = "batch"
+    """After group centring, a registered normalisation (trainer.advantages.NORMALISATIONS):
+    divide by the batch std (`batch`, ScaleRL), the prompt std (`prompt`), or nothing
+    (`none`)."""
     std_scope: Literal["filtered", "all"] = "filtered"
     """Rows whose spread sets the batch std: after zero-variance filtering, or all (the paper
     does not say which)."""
@@ -85,6 +145,18 @@ class AdvantageConfig:
     wrong_reward: float = -1.0
     """Reward of any other trained verdict (wrong, no_answer, timeout: -1). `error` verdicts
     are never trained on (filters.max_error_frac)."""
+
+    SECTION = "advantages"
+
+    def __post_init__(self) -> None:
+        from scalerl.trainer.advantages import NORMALISATIONS
+
+        check_fields(self, [
+            _in(NORMALISATIONS, self.normalise, "normalise"),
+            (self.eps >= 0, "eps", "must be >= 0"),
+            (self.correct_reward > self.wrong_reward, "correct_reward",
+             f"must be greater than advantages.wrong_reward ({self.wrong_reward!r})"),
+        ])
 
 
 @dataclass(frozen=True)
@@ -98,9 +170,10 @@ class FilterConfig:
     """Pass rate at which a prompt is retired."""
     retire_history: Literal["last", "mean"] = "last"
     """Pass rate judged on the last observed group (TRL's reading) or the mean of all."""
-    truncation: Literal["drop", "wrong", "keep"] = "drop"
-    """Truncated rollouts (no answer within the hard cap): `drop` them from the batch (the
-    paper's "effective batch"), score them `wrong`, or `keep` the verifier's score."""
+    truncation: str = "drop"
+    """Truncated rollouts (no answer within the hard cap), a registered policy
+    (trainer.filters.TRUNCATION_POLICIES): `drop` them from the batch (the paper's "effective
+    batch"), score them `wrong`, or `keep` the verifier's score."""
     max_error_frac: float = 0.1
     """Share of a step's rollouts with an `error` verdict (the verifier or the sandbox failed;
     such rollouts are never trained on) above which a step counts as failing; after
@@ -108,6 +181,18 @@ class FilterConfig:
     tasks and the commonest error. 1.0 never stops."""
     error_patience: int = 3
     """Failing steps in a row (see `max_error_frac`) before the run stops."""
+
+    SECTION = "filters"
+
+    def __post_init__(self) -> None:
+        from scalerl.trainer.filters import TRUNCATION_POLICIES
+
+        check_fields(self, [
+            _in(TRUNCATION_POLICIES, self.truncation, "truncation"),
+            (0 < self.retire_threshold <= 1, "retire_threshold", "must be in (0, 1]"),
+            (0 <= self.max_error_frac <= 1, "max_error_frac", "must be in [0, 1]"),
+            (self.error_patience >= 1, "error_patience", "must be >= 1"),
+        ])
 
 
 @dataclass(frozen=True)
@@ -124,6 +209,18 @@ class OptimConfig:
     """Linear warm-up steps from 0 to `lr`."""
     max_grad_norm: float | None = 1.0
     """Gradient-norm clip (not stated by the paper; 1.0); None disables clipping."""
+
+    SECTION = "optim"
+
+    def __post_init__(self) -> None:
+        check_fields(self, [
+            (self.lr > 0, "lr", "must be > 0"), (self.eps > 0, "eps", "must be > 0"),
+            (self.weight_decay >= 0, "weight_decay", "must be >= 0"),
+            (all(0 <= b < 1 for b in self.betas), "betas", "each in [0, 1)"),
+            (self.warmup_steps >= 0, "warmup_steps", "must be >= 0"),
+            (self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm",
+             "must be > 0 or null"),
+        ])
 
 
 @dataclass(frozen=True)
@@ -143,6 +240,19 @@ class OffPolicyConfig:
     micro_batch_size: int = 16
     """Completions per forward/backward; the step is exact whatever this is."""
 
+    SECTION = "offpolicy"
+
+    def __post_init__(self) -> None:
+        check_fields(self, [
+            (self.k >= 1, "k", "must be >= 1"),
+            (self.mode != "pipelinerl" or self.k == 1, "k",
+             "must be 1 with mode pipelinerl (its staleness knob is offpolicy.max_lag)"),
+            (self.max_lag >= 0, "max_lag", "must be >= 0"),
+            (self.prompts_per_step >= 1, "prompts_per_step", "must be >= 1"),
+            (self.rollouts_per_prompt >= 2, "rollouts_per_prompt", "must be >= 2 (a group)"),
+            (self.micro_batch_size >= 1, "micro_batch_size", "must be >= 1"),
+        ])
+
 
 @dataclass(frozen=True)
 class ValConfig:
@@ -160,6 +270,18 @@ class ValConfig:
     temperature: float | None = None
     """Validation sampling temperature (None: the training temperature)."""
 
+    SECTION = "val"
+
+    def __post_init__(self) -> None:
+        check_fields(self, [
+            (self.every >= 0, "every", "must be >= 0 (0 disables validation)"),
+            (self.n >= 1, "n", "must be >= 1"),
+            (all(1 <= k <= self.n for k in self.ks), "ks", f"each in [1, val.n={self.n}]"),
+            (self.limit is None or self.limit >= 1, "limit", "must be >= 1 or null"),
+            (self.temperature is None or self.temperature >= 0, "temperature",
+             "must be >= 0 or null"),
+        ])
+
 
 @dataclass(frozen=True)
 class LogConfig:
@@ -170,6 +292,12 @@ class LogConfig:
     truncation_warn: float = 0.05
     """Warn when the truncated fraction of a step passes this (paper: 10-15% destabilises)."""
 
+    SECTION = "log"
+
+    def __post_init__(self) -> None:
+        check_fields(self, [(0 <= self.truncation_warn <= 1, "truncation_warn",
+                             "must be in [0, 1]")])
+
 
 @dataclass(frozen=True)
 class CheckpointConfig:
@@ -177,6 +305,12 @@ class CheckpointConfig:
     """Checkpoint every N optimizer steps (and at the end); 0: only at the end."""
     keep: int = 2
     """Most recent checkpoints kept."""
+
+    SECTION = "checkpoint"
+
+    def __post_init__(self) -> None:
+        check_fields(self, [(self.every >= 0, "every", "must be >= 0"),
+                            (self.keep >= 1, "keep", "must be >= 1")])
 
 
 @dataclass(frozen=True)
@@ -203,3 +337,8 @@ class TrainerConfig:
     """Metrics outputs."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpoint cadence."""
+
+    SECTION = ""
+
+    def __post_init__(self) -> None:
+        check_fields(self, [(self.steps > 0, "steps", "must be > 0")])

@@ -19,6 +19,7 @@ from typing import Any
 
 from scalerl.envs.base import Score
 from scalerl.rollout.types import Rollout
+from scalerl.trainer.registry import Registry
 
 Group = list[Rollout]
 """The n rollouts of one prompt."""
@@ -34,46 +35,36 @@ def drop_errors(group: Group) -> Group:
     """The rollouts of `group` whose verdict can be trained on (no `error` verdicts)."""
     return [r for r in group if r.score.status not in UNTRAINED_STATUSES]
 
-TruncationFn = Callable[[Group, float], Group]
-TRUNCATION_POLICIES: dict[str, TruncationFn] = {}
-
-
-def register_truncation(name: str) -> Callable[[TruncationFn], TruncationFn]:
-    def deco(fn: TruncationFn) -> TruncationFn:
-        TRUNCATION_POLICIES[name] = fn
-        return fn
-
-    return deco
+TruncationFn = Callable[[Group], Group]
+TRUNCATION_POLICIES: Registry[TruncationFn] = Registry("truncation policy")
+register_truncation = TRUNCATION_POLICIES.register
 
 
 @register_truncation("drop")
-def _drop(group: Group, wrong_reward: float) -> Group:
+def _drop(group: Group) -> Group:
     """Exclude truncated rollouts from the batch (the ScaleRL paper's "effective batch")."""
     return [r for r in group if r.finish_reason != "truncated"]
 
 
 @register_truncation("wrong")
-def _wrong(group: Group, wrong_reward: float) -> Group:
-    """Keep truncated rollouts, scored wrong (`wrong_reward`) whatever the verifier said."""
+def _wrong(group: Group) -> Group:
+    """Keep truncated rollouts with a `wrong` verdict (so the wrong reward), whatever the
+    verifier said."""
     return [
-        replace(r, score=Score(status="wrong", reward=wrong_reward, detail="truncated"))
+        replace(r, score=Score(status="wrong", detail=f"truncated (verifier: {r.score.status})"))
         if r.finish_reason == "truncated" else r
         for r in group
     ]
 
 
 @register_truncation("keep")
-def _keep(group: Group, wrong_reward: float) -> Group:
+def _keep(group: Group) -> Group:
     """Keep truncated rollouts with the verifier's score."""
     return list(group)
 
 
-def apply_truncation(group: Group, policy: str, wrong_reward: float = -1.0) -> Group:
-    if policy not in TRUNCATION_POLICIES:
-        raise KeyError(
-            f"unknown truncation policy {policy!r}; known: {', '.join(sorted(TRUNCATION_POLICIES))}"
-        )
-    return TRUNCATION_POLICIES[policy](group, wrong_reward)
+def apply_truncation(group: Group, policy: str) -> Group:
+    return TRUNCATION_POLICIES[policy](group)
 
 
 def is_zero_variance(rewards: Sequence[float]) -> bool:

@@ -39,6 +39,7 @@ from scalerl.trainer.metrics import ComputeClock, MetricsWriter, step_metrics, t
 from scalerl.trainer.pipeline_source import PipelineSource
 from scalerl.trainer.policy import PolicyModule, hf_model, named_weights
 from scalerl.trainer.publish import Publisher
+from scalerl.trainer.rewards import RewardMap
 from scalerl.trainer.run import Run, TrainTask
 from scalerl.trainer.sampler import TaskSampler
 from scalerl.trainer.sharding import gather_weights, is_sharded
@@ -255,9 +256,9 @@ def next_groups(run: Run) -> tuple[list[Group], dict[str, float]]:
 
 def filter_groups(run: Run, groups: list[Group]) -> tuple[list[Group], GroupReport]:
     f, a = run.cfg.filters, run.cfg.advantages
-    return prepare_groups(groups, truncation=f.truncation, correct_reward=a.correct_reward,
-                          wrong_reward=a.wrong_reward, zero_variance_filter=f.zero_variance,
-                          retirement=run.retirement)
+    return prepare_groups(groups, truncation=f.truncation,
+                          rewards=RewardMap(a.correct_reward, a.wrong_reward),
+                          zero_variance_filter=f.zero_variance, retirement=run.retirement)
 
 
 def optimise(run: Run, kept: list[Group], report: GroupReport) -> dict[str, float]:
@@ -268,7 +269,6 @@ def optimise(run: Run, kept: list[Group], report: GroupReport) -> dict[str, floa
         return {"batch/empty": 1.0}
     a = cfg.advantages
     batch = collate(kept, normalise=a.normalise, aggregation=cfg.loss.aggregation,
-                    correct_reward=a.correct_reward, wrong_reward=a.wrong_reward,
                     pad_id=pad_id(run.tokenizer), eps=a.eps,
                     zero_rows=report.zero_variance_rollouts if a.std_scope == "all" else 0)
     stats = train_step(run.accelerator, run.model, run.optimizer, run.scheduler, batch,

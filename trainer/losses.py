@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from scalerl.trainer.registry import Registry
+
 Tensor = torch.Tensor
 LossOutput = tuple[Tensor, dict[str, Tensor]]
 
@@ -26,7 +28,7 @@ class LossSpec:
     defaults: dict[str, float | bool]
 
 
-LOSSES: dict[str, LossSpec] = {}
+LOSSES: Registry[LossSpec] = Registry("loss")
 
 
 def register_loss(name: str, **defaults: float | bool) -> Callable:
@@ -35,15 +37,13 @@ def register_loss(name: str, **defaults: float | bool) -> Callable:
         unknown = set(defaults) - params
         if unknown:
             raise TypeError(f"loss {name!r}: defaults {sorted(unknown)} are not parameters")
-        LOSSES[name] = LossSpec(fn=fn, defaults=dict(defaults))
+        LOSSES.add(name, LossSpec(fn=fn, defaults=dict(defaults)))
         return fn
 
     return deco
 
 
 def get_loss(name: str) -> LossSpec:
-    if name not in LOSSES:
-        raise KeyError(f"unknown loss {name!r}; known: {', '.join(sorted(LOSSES))}")
     return LOSSES[name]
 
 
@@ -134,15 +134,8 @@ def gspo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: 
 # Aggregation: per-token weights w (B, T) over the global batch; the loss is sum(w * per_token).
 
 AggregationFn = Callable[[Tensor, Tensor], Tensor]
-AGGREGATIONS: dict[str, AggregationFn] = {}
-
-
-def register_aggregation(name: str) -> Callable[[AggregationFn], AggregationFn]:
-    def deco(fn: AggregationFn) -> AggregationFn:
-        AGGREGATIONS[name] = fn
-        return fn
-
-    return deco
+AGGREGATIONS: Registry[AggregationFn] = Registry("aggregation")
+register_aggregation = AGGREGATIONS.register
 
 
 def _per_prompt(values: Tensor, prompt_ids: Tensor) -> tuple[Tensor, Tensor]:
@@ -176,8 +169,6 @@ def prompt_weights(mask: Tensor, prompt_ids: Tensor) -> Tensor:
 
 def aggregation_weights(how: str, mask: Tensor, prompt_ids: Tensor) -> Tensor:
     """Per-token weights (B, T) of aggregation `how`, computed over the whole (global) batch."""
-    if how not in AGGREGATIONS:
-        raise KeyError(f"unknown aggregation {how!r}; known: {', '.join(sorted(AGGREGATIONS))}")
     return AGGREGATIONS[how](mask.float(), prompt_ids)
 
 

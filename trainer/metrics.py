@@ -34,8 +34,22 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+def reward_metrics(rewarded: tuple[Group, ...] | list[Group]) -> dict[str, float]:
+    """reward/mean and reward/<task>: the rewards the step trains with (`Rollout.reward`, as
+    trainer/rewards.py assigned them; error verdicts and dropped truncations have none)."""
+    by_task: dict[str, list[float]] = defaultdict(list)
+    for r in (r for g in rewarded for r in g):
+        by_task[r.task].append(float(r.reward))  # type: ignore[arg-type]
+    if not by_task:
+        return {}
+    out = {"reward/mean": _mean([x for xs in by_task.values() for x in xs])}
+    return out | {f"reward/{task}": _mean(xs) for task, xs in sorted(by_task.items())}
+
+
 def rollout_metrics(groups: list[Group]) -> dict[str, float]:
-    """reward/mean, reward/<task>, train/<task>/pass_rate, rollout/* of one step's rollouts."""
+    """train/<task>/pass_rate and rollout/* of every rollout of one step: finish reasons,
+    interruptions (every rollout whose thinking was cut, whatever its finish reason), lengths,
+    and the verifier's `error` and `timeout` verdicts apart."""
     rollouts = [r for g in groups for r in g]
     if not rollouts:
         return {}
@@ -44,19 +58,18 @@ def rollout_metrics(groups: list[Group]) -> dict[str, float]:
         by_task[r.task].append(r)
     lengths = [len(r.token_ids) for r in rollouts]
     out = {
-        "reward/mean": _mean([r.reward for r in rollouts]),
         "rollout/truncated_frac": _mean([r.finish_reason == "truncated" for r in rollouts]),
-        "rollout/interrupted_frac": _mean([r.finish_reason == "interrupted" for r in rollouts]),
+        "rollout/interrupted_frac": _mean([r.interrupted for r in rollouts]),
         "rollout/length_mean": _mean(lengths),
         "rollout/length_max": float(max(lengths)),
         "rollout/length_min": float(min(lengths)),
         "rollout/thinking_tokens_mean": _mean([r.thinking_tokens for r in rollouts]),
         "rollout/answer_tokens_mean": _mean([r.answer_tokens for r in rollouts]),
-        "rollout/error_frac": _mean([r.score.status in ("error", "timeout") for r in rollouts]),
+        "rollout/error_frac": _mean([r.score.status == "error" for r in rollouts]),
+        "rollout/timeout_frac": _mean([r.score.status == "timeout" for r in rollouts]),
         "rollout/count": float(len(rollouts)),
     }
     for task, rs in sorted(by_task.items()):
-        out[f"reward/{task}"] = _mean([r.reward for r in rs])
         out[f"train/{task}/pass_rate"] = _mean([r.score.correct for r in rs])
     return out
 
@@ -67,7 +80,7 @@ def step_metrics(groups: list[Group], report: GroupReport, gen: dict[str, float]
     """Everything one optimizer step logs but the compute axis: the rollouts' figures, the
     generator's (`gen`), the step's statistics under `STEP_KEYS`, the batch filters' counts
     (`retired` of `prompts` training prompts retired so far) and the trainer's throughput."""
-    metrics = rollout_metrics(groups) | gen
+    metrics = rollout_metrics(groups) | reward_metrics(report.rewarded) | gen
     metrics |= {STEP_KEYS[k]: v for k, v in stats.items() if k in STEP_KEYS}
     return metrics | {
         "batch/zero_variance_frac": report.zero_variance / max(report.groups_in, 1),

@@ -20,12 +20,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from scalerl.envs.base import Score, reward_for, truncate
+from scalerl.envs.base import Score, truncate
 from scalerl.envs.code.files import CODE_COLUMNS, read_code_tests
 from scalerl.envs.code.plan import Plan, TestFormatError, plan_tests
+from scalerl.envs.grading import DEFAULT_GRADING, Grading
 from scalerl.envs.kinds import Kind, register_kind
-from scalerl.sandbox import current_config
 from scalerl.sandbox.base import ExecResult, Limits
+from scalerl.sandbox.config import SandboxConfig
 
 CODE_SYSTEM_PROMPT = (
     "Write a Python 3 solution. Think first if you like, then give the complete program in one "
@@ -75,19 +76,19 @@ class TestResult:
 
 
 # --- running: one sandbox run per program, records framed by a per-run nonce ------------------
-def _backend(name: str | None) -> Any:
-    """The sandbox's shared Backend instance for `name` (None: the default, bwrap)."""
+def _backend(sandbox: SandboxConfig) -> Any:
+    """The shared Backend instance of the run's sandbox settings (backend None: bwrap, else
+    docker)."""
     from scalerl.sandbox import get_backend
 
-    return get_backend(name)
+    return get_backend(sandbox.backend, sandbox.workers)
 
 
-def default_limits(n_tests: int, test_timeout_s: float) -> Limits:
+def default_limits(n_tests: int, test_timeout_s: float, sandbox: SandboxConfig) -> Limits:
     """Wall and CPU for the whole run: start-up plus every test's deadline, capped at the
-    sandbox config's `max_run_s`; memory from its `memory_mb`."""
-    cfg = current_config()
-    wall = min(cfg.max_run_s, 3.0 + n_tests * test_timeout_s)
-    return Limits(wall_s=wall, cpu_s=wall, memory_mb=cfg.memory_mb, output_bytes=16 << 20)
+    sandbox settings' `max_run_s`; memory from their `memory_mb`."""
+    wall = min(sandbox.max_run_s, 3.0 + n_tests * test_timeout_s)
+    return Limits(wall_s=wall, cpu_s=wall, memory_mb=sandbox.memory_mb, output_bytes=16 << 20)
 
 
 def parse_records(stdout: bytes, nonce: str, n_tests: int) -> tuple[dict[int, dict], set[int]]:
@@ -137,14 +138,13 @@ def _missing(res: ExecResult) -> tuple[str, str]:
     return "wrong", f"no result: the program ended ({res.status}, {how}): {tail}"
 
 
-def verdict(results: list[TestResult], correct_reward: float, wrong_reward: float,
-            latency_s: float) -> Score:
+def verdict(results: list[TestResult], latency_s: float) -> Score:
     """`correct` only when every test passed; `error` when a test itself is broken; `timeout` when
     only deadlines failed; else wrong."""
     failed = [r for r in results if not r.passed]
     n = len(results)
     if not failed:
-        return Score("correct", correct_reward, f"{n}/{n} tests passed", latency_s)
+        return Score("correct", f"{n}/{n} tests passed", latency_s)
     if any(r.kind == "error" for r in failed):
         failed = [r for r in failed if r.kind == "error"]
         status = "error"
@@ -152,7 +152,7 @@ def verdict(results: list[TestResult], correct_reward: float, wrong_reward: floa
         status = "timeout" if all(r.kind == "timeout" for r in failed) else "wrong"
     first = failed[0]
     detail = f"{n - len(failed)}/{n} tests passed; test {first.index}: {first.detail}"
-    return Score(status, wrong_reward, truncate(detail, 500), latency_s)
+    return Score(status, truncate(detail, 500), latency_s)
 
 
 def score_code(
@@ -160,46 +160,45 @@ def score_code(
     tests: Mapping[str, Any],
     *,
     requires_thinking: bool = False,
-    backend: str | None = None,
+    sandbox: SandboxConfig = DEFAULT_GRADING.sandbox,
     limits: Limits | None = None,
     float_outputs: bool = False,
     float_tol: float = 1e-6,
     test_timeout_s: float = DEFAULT_TEST_TIMEOUT_S,
-    correct_reward: float = 1.0,
-    wrong_reward: float = -1.0,
 ) -> Score:
     """Verdict on one completion against its tests, from one sandbox run. Never raises.
 
     `correct` only when every test has exactly one well-formed result equal to the expected one;
     `timeout` when the only failures are deadlines (per test, or the whole run); `no_answer`
     without code; `error` for malformed tests or a sandbox failure; `wrong` otherwise. The detail
-    names the first failing test and why. `limits` overrides the whole run's limits (default:
-    `default_limits`); `test_timeout_s` is each test's deadline.
+    names the first failing test and why. The program runs in the backend `sandbox` names (the
+    run's settings); `limits` overrides the whole run's limits (default: `default_limits`);
+    `test_timeout_s` is each test's deadline.
     """
     start = time.monotonic()
     code = extract_code(completion, requires_thinking)
     if code is None:
-        return Score("no_answer", wrong_reward, "no code found in the completion")
+        return Score("no_answer", "no code found in the completion")
     floats = float_outputs or (isinstance(tests, Mapping) and bool(tests.get("float_outputs")))
     try:
         plan = plan_tests(tests, timeout_s=test_timeout_s, float_tol=float_tol if floats else None)
     except TestFormatError as e:
-        return Score("error", reward_for("error", correct_reward, wrong_reward), f"tests: {e}")
+        return Score("error", f"tests: {e}")
     nonce = secrets.token_hex(16)
     stdin = marshal.dumps(dict(plan.spec, nonce=nonce))  # trusted direction: parent -> harness
     files = {"harness.py": _harness_source(), "prog.py": code.encode("utf-8", "replace")}
-    run_limits = limits or default_limits(plan.n_tests, test_timeout_s)
+    run_limits = limits or default_limits(plan.n_tests, test_timeout_s, sandbox)
     try:
-        res = _backend(backend).run(["python", "harness.py"], stdin=stdin, files=files,
+        res = _backend(sandbox).run(["python", "harness.py"], stdin=stdin, files=files,
                                     limits=run_limits)
     except Exception as e:  # a broken sandbox is the verifier's failure: `error`, never wrong
-        return Score("error", wrong_reward, truncate(f"sandbox: {type(e).__name__}: {e}"),
+        return Score("error", truncate(f"sandbox: {type(e).__name__}: {e}"),
                      time.monotonic() - start)
     if res.status == "sandbox_error":
-        return Score("error", wrong_reward, truncate(f"sandbox error: {res.detail}"),
+        return Score("error", truncate(f"sandbox error: {res.detail}"),
                      time.monotonic() - start)
     results = judge_run(plan, res, nonce)
-    return verdict(results, correct_reward, wrong_reward, time.monotonic() - start)
+    return verdict(results, time.monotonic() - start)
 
 
 @lru_cache(maxsize=1)
@@ -207,22 +206,32 @@ def _harness_source() -> bytes:
     return HARNESS.read_bytes()
 
 
-def _score_sample(sample: Any, completion: str, options: Mapping[str, Any]) -> Score:
+CODE_OPTIONS: tuple[str, ...] = ("requires_thinking", "limits", "float_outputs", "float_tol",
+                                 "test_timeout_s")
+"""Options a task of the `code` kind may set (task spec `options:`). The sandbox backend is the
+run's `sandbox.backend`, never a task's."""
+
+
+def _score_sample(sample: Any, completion: str, options: Mapping[str, Any],
+                  grading: Grading = DEFAULT_GRADING) -> Score:
+    problem = CODE_KIND.options_problem(options)
+    if problem is not None:
+        return Score("error", problem)
     if sample.tests is None:
-        return Score("error", options.get("wrong_reward", -1.0),
-                     f"sample {sample.id!r} has no tests")
+        return Score("error", f"sample {sample.id!r} has no tests")
     if isinstance(options.get("limits"), Mapping):  # from a YAML/JSON task spec
         options = {**options, "limits": Limits(**options["limits"])}
-    return score_code(completion, sample.tests, **options)
+    return score_code(completion, sample.tests, **options, sandbox=grading.sandbox)
 
 
-def _preflight(options: Mapping[str, Any]) -> str | None:
-    """The sandbox backend this task's programs would run on must work here."""
+def _preflight(options: Mapping[str, Any], grading: Grading = DEFAULT_GRADING) -> str | None:
+    """The sandbox backend the run's settings name must work here."""
     from scalerl.sandbox import backend_problem
 
-    return backend_problem(options.get("backend"))
+    return backend_problem(grading.sandbox.backend)
 
 
-register_kind(Kind(name="code", score=_score_sample, gold_field="tests",
-                   system_prompt=CODE_SYSTEM_PROMPT, gold_columns=CODE_COLUMNS,
-                   read_gold=read_code_tests, preflight=_preflight))
+CODE_KIND = register_kind(Kind(
+    name="code", score=_score_sample, gold_field="tests", system_prompt=CODE_SYSTEM_PROMPT,
+    gold_columns=CODE_COLUMNS, read_gold=read_code_tests, preflight=_preflight,
+    options=CODE_OPTIONS, option_hint="the sandbox is the run's sandbox.backend"))

@@ -8,15 +8,14 @@ preload. Importing this package imports the verifier only (not math-verify, not 
 
 from scalerl.envs.math.verifier import (
     MATH_SYSTEM_PROMPT,
-    configure_pool,
-    get_pool,
     make_pool,
     score_math,
     score_math_many,
-    shutdown_pool,
+    shared_pool,
+    shutdown_pools,
     strip_thinking,
     warm_up,
 )
 
-__all__ = ["MATH_SYSTEM_PROMPT", "configure_pool", "get_pool", "make_pool", "score_math",
-           "score_math_many", "shutdown_pool", "strip_thinking", "warm_up"]
+__all__ = ["MATH_SYSTEM_PROMPT", "make_pool", "score_math", "score_math_many", "shared_pool",
+           "shutdown_pools", "strip_thinking", "warm_up"]

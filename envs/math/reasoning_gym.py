@@ -12,9 +12,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from scalerl.envs.base import Sample, Score, reward_for, truncate
+from scalerl.envs.base import Sample, Score, truncate
 from scalerl.envs.data import assign_splits, prompt_key
 from scalerl.envs.deadline_pool import Pool
+from scalerl.envs.grading import Grading
 from scalerl.envs.math.files import last_boxed
 from scalerl.envs.math.verifier import MATH_SYSTEM_PROMPT, strip_thinking
 from scalerl.envs.registry import UnknownTaskError, register_task_prefix
@@ -97,29 +98,29 @@ class ReasoningGymTask(Task):
             "test": tuple(test[i] for i in test_split.test),
         }
 
-    def judge(self, sample: Sample, completion: str) -> Score:
+    def judge(self, sample: Sample, completion: str, grading: Grading) -> Score:
         """math-verify (the `math` kind) for numeric datasets, else reasoning-gym's scorer."""
         if self.dataset in MATH_VERIFY_DATASETS:
-            return super().judge(sample, completion)
+            return super().judge(sample, completion, grading)
         return self._score_rg(sample, completion)
 
     def _score_rg(self, sample: Sample, completion: str) -> Score:
         self.samples("test")  # builds the entries once
         entry = self._entries.get(sample.id)
         if entry is None:
-            return Score("error", reward_for("error"), f"{self.name} has no sample {sample.id!r}")
+            return Score("error", f"{self.name} has no sample {sample.id!r}")
         answer_part = strip_thinking(completion, self.requires_thinking)
         boxed = last_boxed(answer_part) if answer_part is not None else None
         if not boxed:
-            return Score("no_answer", reward_for("no_answer"), "no \\boxed{} answer")
+            return Score("no_answer", "no \\boxed{} answer")
         outcome = _rg_pool().run(_rg_score, (self.dataset, boxed[:2000], entry), RG_TIMEOUT_S)
         if outcome.status == "ok":
             value = float(outcome.value)
             status = "correct" if value >= 1.0 - 1e-9 else "wrong"
             detail = f"reasoning-gym score {value:.3f} for {truncate(boxed, 80)!r}"
-            return Score(status, reward_for(status), detail, outcome.latency_s)
+            return Score(status, detail, outcome.latency_s)
         detail = f"reasoning-gym scorer: {truncate(outcome.detail)}"
-        return Score(outcome.status, reward_for(outcome.status), detail, outcome.latency_s)
+        return Score(outcome.status, detail, outcome.latency_s)
 
 
 # --- the worker side: runs in the rg pool ------------------------------------------------------

@@ -21,8 +21,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scalerl.envs.base import Score, reward_for, truncate
+from scalerl.envs.base import Score, truncate
 from scalerl.envs.deadline_pool import Outcome, Pool
+from scalerl.envs.grading import DEFAULT_GRADING, Grading
 from scalerl.envs.kinds import Kind, register_kind
 from scalerl.envs.math.exact import (  # noqa: F401 (exact_value: part of this module's API)
     exact_equal,
@@ -69,14 +70,13 @@ def score_math(
     requires_thinking: bool = False,
     boxed_only: bool = False,
     timeout_s: float = 5.0,
-    correct_reward: float = 1.0,
-    wrong_reward: float = -1.0,
     pool: Pool | None = None,
 ) -> Score:
-    """Verdict on one completion against a gold answer (raw LaTeX or text). Never raises."""
+    """Verdict on one completion against a gold answer (raw LaTeX or text), checked in `pool`
+    (default: the shared pool of the default size). Never raises."""
     return score_math_many(
         [(completion, gold)], requires_thinking=requires_thinking, boxed_only=boxed_only,
-        timeout_s=timeout_s, correct_reward=correct_reward, wrong_reward=wrong_reward, pool=pool,
+        timeout_s=timeout_s, pool=pool,
     )[0]
 
 
@@ -86,8 +86,6 @@ def score_math_many(
     requires_thinking: bool = False,
     boxed_only: bool = False,
     timeout_s: float = 5.0,
-    correct_reward: float = 1.0,
-    wrong_reward: float = -1.0,
     pool: Pool | None = None,
 ) -> list[Score]:
     """Verdicts on (completion, gold) pairs, checked concurrently in the pool, in input order."""
@@ -98,8 +96,7 @@ def score_math_many(
         early, job, note = _prepare(item, requires_thinking, boxed_only)
         if early is not None:
             status, detail = early
-            scores[i] = Score(status, reward_for(status, correct_reward, wrong_reward), detail,
-                              time.monotonic() - t0)
+            scores[i] = Score(status, detail, time.monotonic() - t0)
         else:
             jobs.append((i, job, note))
     if jobs:
@@ -109,8 +106,7 @@ def score_math_many(
             if status in ("timeout", "error"):
                 _log.warning("math verifier %s: %s; answer %s; gold %s", status, detail,
                              truncate(job[0], 200), truncate(job[1], 100))
-            scores[i] = Score(status, reward_for(status, correct_reward, wrong_reward),
-                              detail + note, outcome.latency_s)
+            scores[i] = Score(status, detail + note, outcome.latency_s)
     return scores  # type: ignore[return-value]
 
 
@@ -151,7 +147,8 @@ def _status_of(outcome: Outcome) -> tuple[str, str]:
 
 def _run_checks(pool: Pool | None, jobs: list[tuple], timeout_s: float) -> list[Outcome]:
     try:
-        return (pool or get_pool()).run_many(check_answer, jobs, timeout_s, affinity=_gold_of)
+        pool = pool or shared_pool(None)
+        return pool.run_many(check_answer, jobs, timeout_s, affinity=_gold_of)
     except Exception as exc:  # noqa: BLE001 - the pool itself failed: every item is an error
         detail = f"verifier pool failed: {type(exc).__name__}: {truncate(str(exc))}"
         return [Outcome("error", detail=detail) for _ in jobs]
@@ -162,9 +159,9 @@ def _gold_of(job: tuple[str, str, bool]) -> str:
     return job[1]
 
 
-# --- the shared default pool -------------------------------------------------------------------
-_POOL: Pool | None = None
-_POOL_LOCK = threading.Lock()
+# --- the shared pools, one per size ------------------------------------------------------------
+_POOLS: dict[int | None, Pool] = {}
+_POOLS_LOCK = threading.Lock()
 
 
 _WARM_UP_PAIRS = (
@@ -197,33 +194,21 @@ def _worker_init() -> None:
     logging.getLogger("latex2sympy2_extended").setLevel(logging.ERROR)
 
 
-def get_pool() -> Pool:
-    """The process-wide verifier pool: the one `configure_pool` made, else one of the default
-    size, min(4, cpus), started on first use."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = make_pool(None)
-        return _POOL
+def shared_pool(workers: int | None) -> Pool:
+    """The shared verifier pool of `workers` processes (None: the default size, min(4, cpus)),
+    made once per size and started on first use; a size below 1 is a ValueError."""
+    with _POOLS_LOCK:
+        if workers not in _POOLS:
+            _POOLS[workers] = make_pool(workers)  # checks the size; workers start on first use
+        return _POOLS[workers]
 
 
-def configure_pool(workers: int | None) -> Pool:
-    """Replace the default pool with one of `workers` processes (None: the default size, min(4,
-    cpus)); a size below 1 is a ValueError and leaves the current pool in place."""
-    global _POOL
-    pool = make_pool(workers)  # workers start on first use: cheap, and checks the size first
-    with _POOL_LOCK:
-        old, _POOL = _POOL, pool
-    if old is not None:
-        old.shutdown()
-    return pool
-
-
-def shutdown_pool() -> None:
-    """Stop the default pool's workers (a later call starts new ones)."""
-    with _POOL_LOCK:
-        if _POOL is not None:
-            _POOL.shutdown()
+def shutdown_pools() -> None:
+    """Stop every shared pool's workers (a later call starts new ones)."""
+    with _POOLS_LOCK:
+        pools = list(_POOLS.values())
+    for pool in pools:
+        pool.shutdown()
 
 
 def make_pool(size: int | None = None) -> Pool:
@@ -334,15 +319,17 @@ MATH_OPTIONS: tuple[str, ...] = ("requires_thinking", "boxed_only", "timeout_s")
 """Options a task of the `math` kind may set (task spec `options:`)."""
 
 
-def score_kind(sample: Any, completion: str, options: Mapping[str, Any]) -> Score:
-    """The `math` kind's scorer: `score_math` with the task's options. Never raises."""
-    unknown = sorted(set(options) - set(MATH_OPTIONS))
-    if unknown:
-        return Score("error", reward_for("error"), f"unknown math option(s) {', '.join(unknown)};"
-                     f" valid: {', '.join(MATH_OPTIONS)}")
-    return score_math(completion, sample.answer, **options)
+def score_kind(sample: Any, completion: str, options: Mapping[str, Any],
+               grading: Grading = DEFAULT_GRADING) -> Score:
+    """The `math` kind's scorer: `score_math` with the task's options, in the pool of the run's
+    `verifiers.math_workers`. Never raises."""
+    problem = MATH_KIND.options_problem(options)
+    if problem is not None:
+        return Score("error", problem)
+    return score_math(completion, sample.answer, **options,
+                      pool=shared_pool(grading.verifiers.math_workers))
 
 
-register_kind(Kind(name="math", score=score_kind, gold_field="answer",
-                   system_prompt=MATH_SYSTEM_PROMPT, gold_columns=MATH_GOLD_COLUMNS,
-                   read_gold=read_math_gold))
+MATH_KIND = register_kind(Kind(
+    name="math", score=score_kind, gold_field="answer", system_prompt=MATH_SYSTEM_PROMPT,
+    gold_columns=MATH_GOLD_COLUMNS, read_gold=read_math_gold, options=MATH_OPTIONS))

@@ -43,11 +43,10 @@ def build(args: argparse.Namespace, run_dir: Path):
     from transformers import AutoTokenizer
 
     from scalerl.config import load_config, validate
-    from scalerl.envs.catalog import get_task
     from scalerl.models import resolve_model
     from scalerl.rollout.factory import make_generator
     from scalerl.trainer.loop import TrainTask, setup
-    from scalerl.training import apply_sandbox, build_accelerator, build_policy
+    from scalerl.training import build_accelerator, build_policy, make_scorer, run_tasks
 
     sets = ["val.every=0", "checkpoint.every=0", "log.progress=false", "log.tensorboard=false",
             "offpolicy.mode=ppo", "offpolicy.k=1", *args.set]
@@ -55,10 +54,11 @@ def build(args: argparse.Namespace, run_dir: Path):
     if args.server:
         cfg = dataclasses.replace(cfg, engine=dataclasses.replace(
             cfg.engine, servers=tuple(args.server)))
-    apply_sandbox(cfg)
     model_path = resolve_model(cfg.policy.model)
-    tasks = {t.name: TrainTask(get_task(t.name), t.budget, t.weight) for t in cfg.tasks}
-    generator = make_generator(model_path, cfg.engine, fp32_head=cfg.policy.fp32_head)
+    objects = run_tasks(cfg)
+    tasks = {t.name: TrainTask(objects[t.name], t.budget, t.weight) for t in cfg.tasks}
+    generator = make_generator(model_path, cfg.engine, fp32_head=cfg.policy.fp32_head,
+                               scorer=make_scorer(objects, cfg.grading))
     accelerator = build_accelerator(cfg.policy)
     policy = build_policy(cfg.policy, model_path, accelerator)
     run = setup(cfg, policy, AutoTokenizer.from_pretrained(model_path), generator, tasks,

@@ -47,7 +47,7 @@ def _bare_engine(model: str, config):
     return LLM(**config.vllm_kwargs(model, fp32_head=True))
 
 
-def _passes(llm, gen, scorer, samples, prompts, n: int, budget, seed: int) -> dict:
+def _passes(llm, gen, samples, prompts, n: int, budget, seed: int) -> dict:
     """One pass of each measured path -> name -> (tokens, seconds to the last generated token,
     seconds to the last verdict). Bare passes: plain defaults, and the EngineGenerator's sampling
     parameters (sampled-token logprobs, per-rollout seeds, no detokenization). Each round has its
@@ -67,16 +67,16 @@ def _passes(llm, gen, scorer, samples, prompts, n: int, budget, seed: int) -> di
         dt = time.perf_counter() - t
         return sum(len(o.outputs[0].token_ids) for o in outs), dt, dt
 
-    def engine(sc):
+    def engine(score: bool):
         t = time.perf_counter()
-        rollouts = gen.generate(samples, n=n, budget=budget, temperature=1.0, seed=seed, scorer=sc,
-                                score=sc is not None)
+        rollouts = gen.generate(samples, n=n, budget=budget, temperature=1.0, seed=seed,
+                                score=score)
         done = time.perf_counter()
         tokens = sum(sum(lp is not None for lp in r.logprobs) for r in rollouts)
         return tokens, max(r.timings["gen_end"] for r in rollouts) - t, done - t
 
     runs = {"bare": lambda: bare(plain), "bare_same": lambda: bare(same),
-            "engine": lambda: engine(None), "scored": lambda: engine(scorer)}
+            "engine": lambda: engine(False), "scored": lambda: engine(True)}
     out = {}
     for name, go in runs.items():
         time.sleep(SETTLE_S)
@@ -100,11 +100,13 @@ def _measure(args, model: str, samples, budget, config) -> tuple[list[dict], dic
     import psutil
     from tqdm import tqdm
 
+    from scalerl.envs.catalog import get_task
     from scalerl.rollout.engine import EngineGenerator, freeze_heap
     from scalerl.rollout.engine_config import process_tree_rss_mb
     from scalerl.rollout.scorer import Scorer
 
-    gen, llm = EngineGenerator(model, config=config), None
+    scorer = Scorer([get_task(args.task)])
+    gen, llm = EngineGenerator(model, config=config, scorer=scorer), None
     try:
         own = [p.pid for p in psutil.Process().children(recursive=True)]
         prompts = [gen.prompt_ids(s) for s in samples]
@@ -112,12 +114,11 @@ def _measure(args, model: str, samples, budget, config) -> tuple[list[dict], dic
         gen.generate(samples[:8], n=4, budget=budget, score=False)  # warm-up
         llm.generate([{"prompt_token_ids": p} for p in prompts[:8]], use_tqdm=False)
         freeze_heap()  # again, so the bare engine's start-up objects are frozen too
-        with Scorer(max_workers=4) as scorer:
-            scorer.score(samples[0], "\\boxed{0}")  # start the verifier pool before timing
-            passes = [_passes(llm, gen, scorer, samples, prompts, args.n, budget, seed)
-                      for seed in tqdm(range(args.repeats), desc="bench rollout", unit="round",
-                                    disable=args.json)]
-            latency = scorer.latency()
+        scorer.score(samples[0], "\\boxed{0}")  # start the verifier pool before timing
+        passes = [_passes(llm, gen, samples, prompts, args.n, budget, seed)
+                  for seed in tqdm(range(args.repeats), desc="bench rollout", unit="round",
+                                   disable=args.json)]
+        latency = scorer.latency()
         memory = process_tree_rss_mb(children=own)
     finally:
         if llm is not None:
@@ -131,13 +132,16 @@ def _measure_servers(args, model: str, samples, budget, config) -> list[dict]:
     (same seeds, so the same tokens) `args.repeats` times -> passes of name -> (tokens, s)."""
     import dataclasses
 
+    from scalerl.envs.catalog import get_task
     from scalerl.rollout.engine import EngineGenerator, freeze_heap
+    from scalerl.rollout.scorer import Scorer
     from scalerl.rollout.server_generator import ServerGenerator
 
-    gen, remote = EngineGenerator(model, config=config), None
+    tasks = [get_task(args.task)]
+    gen, remote = EngineGenerator(model, config=config, scorer=Scorer(tasks)), None
     try:
         remote = ServerGenerator(model, config=dataclasses.replace(
-            config, servers=tuple(args.server)))
+            config, servers=tuple(args.server)), scorer=Scorer(tasks))
         for g in (gen, remote):
             g.generate(samples[:8], n=4, budget=budget, score=False)  # warm-up
         freeze_heap()

@@ -3,8 +3,9 @@
 `add_engine_args` / `add_budget_args` declare the flags once (`generate`, `eval`, ...), and
 `engine_config` / `override_budget` turn them into an `EngineConfig` and a `Budget` on top of a
 base (a run's config.yaml, or the defaults), so a flag means the same thing in every command.
-`start_generator` starts the engine (or connects to `--server` URLs) and turns a failure into one
-line (`EngineStartError`).
+`add_grading_args` / `grading` do the same for how completions are graded (the sandbox backend,
+the math pool's size). `start_generator` starts the engine (or connects to `--server` URLs) and
+turns a failure into one line (`EngineStartError`).
 A flag left out keeps the base's value; nothing here parses task or model names.
 """
 
@@ -15,6 +16,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from scalerl.envs.grading import Grading, VerifierConfig
 from scalerl.rollout.budget import parse_thinking
 from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.types import Budget
@@ -47,6 +49,29 @@ def add_engine_args(parser: argparse.ArgumentParser, *, servers: bool = True) ->
                    help="longest prompt + completion in tokens; default the model's context "
                    f"length (at most {MAX_DEFAULT_LEN})")
     g.add_argument("--max-num-seqs", type=int, help="most sequences scheduled at once (256)")
+
+
+def add_grading_args(parser: argparse.ArgumentParser) -> None:
+    from scalerl.sandbox.config import KNOWN_BACKENDS
+
+    g = parser.add_argument_group("grading (unset flags: the run's config.yaml, else this "
+                                  "machine's defaults)")
+    g.add_argument("--sandbox", choices=KNOWN_BACKENDS, metavar="BACKEND",
+                   help=f"sandbox backend for code tasks ({', '.join(KNOWN_BACKENDS)}; default "
+                   "bwrap, else docker)")
+    g.add_argument("--math-workers", type=int, help="math-verify processes (default min(4, "
+                   "cores))")
+
+
+def grading(args: argparse.Namespace, base: Grading | None = None) -> Grading:
+    """The grading settings: `base` (a run's, else the defaults) with the flags given."""
+    base = base or Grading()
+    sandbox, verifiers = base.sandbox, base.verifiers
+    if getattr(args, "sandbox", None) is not None:
+        sandbox = dataclasses.replace(sandbox, backend=args.sandbox)
+    if getattr(args, "math_workers", None) is not None:
+        verifiers = VerifierConfig(math_workers=args.math_workers)
+    return Grading(sandbox=sandbox, verifiers=verifiers)
 
 
 def add_budget_args(parser: argparse.ArgumentParser) -> None:
@@ -101,6 +126,43 @@ def engine_config(args: argparse.Namespace, model: str,
         raise ValueError(f"--max-model-len {config.max_model_len} exceeds the context length of "
                          f"{model} ({own} tokens)")
     return config
+
+
+def served_model(urls: list[str], timeout_s: float = 30.0) -> str:
+    """The model the first of `urls` (vLLM servers) serves, as a name this machine can load the
+    tokenizer of: its path when that directory is here, else its id (a hub id, or `tiny`).
+    ValueError (one line) when the server does not answer or serves nothing loadable here."""
+    import urllib.request
+
+    from scalerl.models import resolve_model
+
+    url = urls[0].rstrip("/")
+    try:
+        with urllib.request.urlopen(f"{url}/v1/models", timeout=timeout_s) as reply:
+            served = json.loads(reply.read())["data"][0]
+    except Exception as exc:  # unreachable, not vLLM, empty: the user needs the URL and why
+        raise ValueError(f"--server {url}: GET /v1/models failed ({type(exc).__name__}: {exc});"
+                         " give --model") from None
+    names = [n for n in (served.get("root"), served.get("id")) if n]
+    for name in names:
+        try:
+            return resolve_model(name)
+        except ValueError:
+            continue
+    raise ValueError(f"--server {url} serves {' / '.join(map(repr, names))}, which is not a "
+                     "model directory or cached hub model here; give --model (its tokenizer "
+                     "must be readable here)")
+
+
+def model_of(args: argparse.Namespace) -> str:
+    """`--model` resolved, or, with `--server` and no `--model`, what the server serves."""
+    from scalerl.models import resolve_model
+
+    if args.model:
+        return resolve_model(args.model)
+    if getattr(args, "server", None):
+        return served_model(args.server)
+    raise ValueError("--model is required (or --server URL: the server says what it serves)")
 
 
 def start_generator(model: str, config: EngineConfig, *, fp32_head: bool, **kwargs):

@@ -23,10 +23,14 @@ from scalerl.commands.engine_args import (
     EngineStartError,
     add_budget_args,
     add_engine_args,
+    add_grading_args,
     engine_config,
+    grading,
     override_budget,
+    served_model,
     start_generator,
 )
+from scalerl.envs.grading import Grading
 from scalerl.rollout.engine_config import EngineConfig
 
 HELP = "evaluate checkpoints on held-out sets (unbiased pass@k, mean@n), or aggregate rollouts"
@@ -40,16 +44,21 @@ class Plan:
     models: list
     engine: EngineConfig
     fp32_head: bool
+    tasks: dict
+    """The Task objects evaluated, by name (what the generator's scorer renders and scores)."""
+    grading: Grading
+    """How they are graded: the run's sandbox and verifier settings, else this machine's."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    src = parser.add_mutually_exclusive_group(required=True)
+    src = parser.add_mutually_exclusive_group()
     src.add_argument("--rollouts", metavar="FILE",
                      help="aggregate scored rollouts (JSONL rows with task, sample_id, status)")
     src.add_argument("--model", nargs="+", metavar="PATH",
                      help="model dirs, run dirs (their checkpoints/step-N) or checkpoints/ dirs; "
                      "a run dir also gives the defaults: its tasks, per-task budgets, "
-                     "temperature and engine settings (config.yaml)")
+                     "temperature and engine settings (config.yaml); with --server, default: "
+                     "what the server serves")
     parser.add_argument("--k", default="1,4,8", metavar="K[,K...]",
                         help="pass@k values (default 1,4,8); k above a sample's rollouts: null")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -68,6 +77,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="samples per generation call (the unit saved to the cache)")
     add_budget_args(parser)
     add_engine_args(parser)
+    add_grading_args(parser)
 
 
 def parse_ks(text: str) -> tuple[int, ...]:
@@ -124,19 +134,22 @@ def prepare(args, ks) -> Plan:
 
     if args.n < 1 or (args.limit is not None and args.limit < 1) or args.chunk < 1:
         raise ValueError("--n, --limit and --chunk must be >= 1")
+    if not args.model:
+        if not args.server:
+            raise ValueError("give --rollouts FILE, or --model PATH (or --server URL: the "
+                             "server says what it serves)")
+        args.model = [served_model(args.server)]
     run_cfg = run_config_of(args.model)
     if not args.out or not (args.tasks or run_cfg):
         raise ValueError("--model needs --out DIR, and --tasks A,B unless it is a run dir "
                          "(whose config.yaml names its tasks)")
     tasks = tuple(t for t in args.tasks.split(",") if t) if args.tasks else tuple(
         t.name for t in run_cfg.tasks)
-    for t in tasks:
-        get_task(t).check_split(args.split)
-    if run_cfg is not None:  # grade as the run did: its sandbox backend and limits
-        import scalerl.sandbox
-
-        scalerl.sandbox.configure(run_cfg.sandbox)
-    check_tasks(get_task(t) for t in tasks)
+    objects = {t: get_task(t) for t in tasks}
+    for task in objects.values():
+        task.check_split(args.split)
+    graded = grading(args, run_cfg.grading if run_cfg is not None else None)  # as it trained
+    check_tasks(objects.values(), graded)
     run_budgets = {t.name: t.budget for t in run_cfg.tasks} if run_cfg else {}
     budgets = tuple((t, override_budget(args, run_budgets.get(t, DEFAULT_BUDGET))) for t in tasks)
     models = resolve_models(args.model)
@@ -147,7 +160,7 @@ def prepare(args, ks) -> Plan:
     engine = engine_config(args, models[0].path, run_cfg.engine if run_cfg else None)
     fp32_head = args.fp32_head if args.fp32_head is not None else (
         run_cfg.policy.fp32_head if run_cfg else True)
-    return Plan(settings, models, engine, fp32_head)
+    return Plan(settings, models, engine, fp32_head, objects, graded)
 
 
 def _temperature(args, run_cfg) -> float:
@@ -161,9 +174,11 @@ def _temperature(args, run_cfg) -> float:
 
 def run_models(args, plan: Plan) -> int:
     from scalerl.eval_report import run_eval
+    from scalerl.training import make_scorer
 
     def make_generator(path: str):
-        return start_generator(path, plan.engine, fp32_head=plan.fp32_head)
+        return start_generator(path, plan.engine, fp32_head=plan.fp32_head,
+                               scorer=make_scorer(plan.tasks, plan.grading))
 
     try:
         results = run_eval(plan.models, plan.settings, args.out, make_generator, chunk=args.chunk)

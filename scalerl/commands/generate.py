@@ -22,19 +22,22 @@ from scalerl.commands.engine_args import (
     EngineStartError,
     add_budget_args,
     add_engine_args,
+    add_grading_args,
     engine_config,
+    grading,
+    model_of,
     override_budget,
     start_generator,
 )
 from scalerl.envs.base import dumps
-from scalerl.models import resolve_model
 
 HELP = "generate scored rollouts with the vLLM engine (length budgets, forced interruption)"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True,
-                        help="Hugging Face model dir, or 'tiny' for the cached tiny model")
+    parser.add_argument("--model",
+                        help="Hugging Face model dir, hub id, or 'tiny' for the cached tiny "
+                        "model; with --server, default: what the server serves")
     parser.add_argument("--task", required=True, help="registered task (scalerl tasks list)")
     parser.add_argument("--split", default="test", help="split to sample from (default test)")
     parser.add_argument("--limit", type=int,
@@ -46,6 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_budget_args(parser)
     add_engine_args(parser)
+    add_grading_args(parser)
 
 
 def summarize(rollouts: list, seconds: float) -> dict:
@@ -56,7 +60,7 @@ def summarize(rollouts: list, seconds: float) -> dict:
     return {
         "rollouts": n, "pass_rate": statuses["correct"] / n if n else 0.0,
         "statuses": dict(statuses),
-        "interrupted_frac": reasons["interrupted"] / n if n else 0.0,
+        "interrupted_frac": sum(r.interrupted for r in rollouts) / n if n else 0.0,
         "truncated_frac": reasons["truncated"] / n if n else 0.0,
         "sampled_tokens": sampled, "seconds": round(seconds, 2),
         "tokens_per_s": round(sampled / seconds, 1) if seconds > 0 else 0.0,
@@ -80,7 +84,7 @@ def write_rollouts(gen, samples: list, *, out_path: str, n: int, budget, tempera
             bar.update(1)
             bar.set_postfix(pass_rate=f"{correct / len(rollouts):.2f}")
     summary = summarize(rollouts, time.perf_counter() - start)
-    summary["score_latency"] = gen.default_scorer().latency()
+    summary["score_latency"] = gen.scorer.latency()
     summary["engine_memory_mb"] = {k: round(v, 1) for k, v in gen.memory().items()}
     return summary
 
@@ -95,10 +99,10 @@ def prepare(args: argparse.Namespace):
     if args.n <= 0 or (args.limit is not None and args.limit <= 0):
         raise ValueError(f"--n and --limit must be > 0, got {args.n} and {args.limit}")
     task = get_task(args.task)
-    check_tasks([task])
+    check_tasks([task], grading(args))
     samples = eval_samples(task, args.split, args.limit)
     budget = override_budget(args, DEFAULT_BUDGET)
-    model = resolve_model(args.model)
+    model = model_of(args)
     config = dataclasses.replace(engine_config(args, model), seed=args.seed)
     return task, samples, budget, model, config
 
@@ -106,10 +110,12 @@ def prepare(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from scalerl.envs.registry import UnknownTaskError
     from scalerl.preflight import PREFLIGHT_EXIT, PreflightError
+    from scalerl.training import make_scorer
 
     try:
         task, samples, budget, model, config = prepare(args)
-        gen = start_generator(model, config, fp32_head=args.fp32_head is not False)
+        gen = start_generator(model, config, fp32_head=args.fp32_head is not False,
+                              scorer=make_scorer([task], grading(args)))
     except PreflightError as exc:
         print(exc.lines("generate"), file=sys.stderr)
         return PREFLIGHT_EXIT

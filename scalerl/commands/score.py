@@ -22,9 +22,14 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
 
-from scalerl.envs.base import STATUSES, Sample, Score, dumps, reward_for, truncate
+from scalerl.envs.base import STATUSES, Sample, Score, dumps, truncate
 from scalerl.envs.catalog import get_kind, get_task, task_names
+from scalerl.envs.grading import DEFAULT_GRADING
 from scalerl.envs.registry import UnknownTaskError
+from scalerl.trainer.rewards import RewardMap
+
+REWARDS = RewardMap()
+"""The `reward` column: the trainer's default mapping (ScaleRL: +1 correct, -1 otherwise)."""
 
 HELP = "score model outputs offline (JSONL rows in, one verdict per row out, in input order)"
 
@@ -95,7 +100,7 @@ class Resolver:
         if sample is None:
             raise BadRow(f"task {name!r} has no sample {str(sample_id)!r}")
         completion = row["completion"]
-        return Job(line, row["id"], lambda: task.score(sample, completion))
+        return Job(line, row["id"], lambda: task.score(sample, completion, DEFAULT_GRADING))
 
 
 def _kind_job(row: Mapping[str, Any], line: int) -> Job:
@@ -115,7 +120,7 @@ def _kind_job(row: Mapping[str, Any], line: int) -> Job:
         raise BadRow('"options" must be an object')
     sample = Sample(id=str(row["id"]), task=f"<{kind.name}>", prompt="", **{kind.gold_field: gold})
     completion = row["completion"]
-    return Job(line, row["id"], lambda: kind.score(sample, completion, options))
+    return Job(line, row["id"], lambda: kind.score(sample, completion, options, DEFAULT_GRADING))
 
 
 def run_job(job: Job) -> dict[str, Any]:
@@ -124,9 +129,9 @@ def run_job(job: Job) -> dict[str, Any]:
     try:
         score = job.score()
     except Exception as exc:  # the verifier's own failure is reported as status `error`
-        score = Score("error", reward_for("error"), truncate(f"{type(exc).__name__}: {exc}"))
+        score = Score("error", truncate(f"{type(exc).__name__}: {exc}"))
     return {
-        "id": job.id, "status": score.status, "reward": score.reward,
+        "id": job.id, "status": score.status, "reward": REWARDS(score.status),
         "detail": score.detail, "latency_s": round(time.monotonic() - t0, 6),
     }
 

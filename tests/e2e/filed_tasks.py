@@ -28,6 +28,6 @@ class FiledArith(Task):
         return [dataclasses.replace(s, task=self.name, answer=None)
                 for s in self.base.samples(split)]
 
-    def judge(self, sample, completion):
+    def judge(self, sample, completion, grading):
         gold = (Path(os.environ["SCALERL_TEST_ANSWERS"]) / f"{sample.id}.txt").read_text()
-        return super().judge(dataclasses.replace(sample, answer=gold), completion)
+        return super().judge(dataclasses.replace(sample, answer=gold), completion, grading)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from scalerl.envs.base import Sample, Score, reward_for, truncate
+from scalerl.envs.base import Sample, Score, truncate
 
 
 def test_sample_round_trips_through_json_with_chat_prompt():
@@ -23,11 +23,13 @@ def test_sample_messages_prepend_system_prompt_once():
 
 def test_score_rejects_unknown_status():
     with pytest.raises(ValueError, match="not one of"):
-        Score(status="passed", reward=1.0)
+        Score(status="passed")
 
 
-def test_reward_mapping_is_plus_minus_one_by_default():
-    assert [reward_for(s) for s in ("correct", "wrong", "timeout", "error")] == [1, -1, -1, -1]
+def test_a_verdict_is_a_status_and_a_detail_with_no_reward():
+    import dataclasses
+
+    assert [f.name for f in dataclasses.fields(Score)] == ["status", "detail", "latency_s"]
 
 
 def test_truncate_says_how_much_was_dropped():

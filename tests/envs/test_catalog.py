@@ -120,7 +120,7 @@ def test_registry_and_kinds_import_only_the_shapes():
             if not typing and m.startswith("scalerl")}
     assert deps == {"scalerl.envs.kinds"}  # and the Task type, for annotations only
     deps = {m for m, _ in imports_of(ENVS / "kinds.py") if m.startswith("scalerl")}
-    assert deps == {"scalerl.envs.base"}
+    assert deps == {"scalerl.envs.base", "scalerl.envs.grading"}  # shapes: Sample, Score, Grading
 
 
 def test_the_sandbox_harness_imports_only_the_standard_library():

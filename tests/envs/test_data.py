@@ -35,10 +35,10 @@ def toy_kind(monkeypatch):
     monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
     seen_options = []
 
-    def score(sample, completion, options):
+    def score(sample, completion, options, grading):
         seen_options.append(dict(options))
         ok = completion.strip() == sample.answer
-        return Score("correct" if ok else "wrong", 1.0 if ok else -1.0)
+        return Score("correct" if ok else "wrong")
 
     kinds.register_kind(kinds.Kind("toy", score, "answer", "toy system prompt"))
     return seen_options
@@ -211,7 +211,7 @@ def test_a_kind_that_raises_gives_an_error_score_not_a_wrong_one(tmp_path, monke
     catalog.task_names()
     monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
 
-    def broken(sample, completion, options):
+    def broken(sample, completion, options, grading):
         raise RuntimeError("checker exploded")
 
     kinds.register_kind(kinds.Kind("broken", broken, "answer", ""))

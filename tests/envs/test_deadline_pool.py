@@ -111,7 +111,7 @@ def test_a_worker_killed_mid_call_gives_an_error_and_is_replaced(pool, tmp_path)
     while not (flag.exists() and flag.read_text()) and time.monotonic() < deadline:
         time.sleep(0.02)
     pid = int(flag.read_text())
-    assert pool.busy_pids() == [pid]
+    assert pid in pool.worker_pids()
     os.kill(pid, 9)
     thread.join(30)
     outcome = holder["out"]

@@ -84,6 +84,16 @@ def test_docs_decorator_example_reaches_the_cli(tmp_path):
     assert statuses == ["correct", "wrong"], out.stderr
 
 
+def test_a_python_task_file_given_where_a_spec_is_read_is_imported(tmp_path):
+    (tmp_path / "py_tasks.py").write_text(
+        "from scalerl.envs import Sample, Task, register_task\n\n"
+        "@register_task('from_py')\nclass FromPy(Task):\n    kind = 'math'\n\n"
+        "    def build(self, split):\n"
+        "        return [Sample(id='1', task=self.name, prompt='1+1', answer='2')]\n")
+    assert register_spec_file(tmp_path / "py_tasks.py") == ["from_py"]
+    assert get_task("from_py").samples("test")[0].answer == "2"
+
+
 def test_a_broken_python_task_file_is_one_line(tmp_path):
     (tmp_path / "broken.py").write_text("import nonexistent_module_xyz\n")
     with pytest.raises(SpecError, match=r"broken\.py: import failed: ModuleNotFoundError: "):

@@ -8,7 +8,9 @@ import pytest
 
 from scalerl.envs import catalog, kinds
 from scalerl.envs.base import Sample, Score
+from scalerl.envs.grading import DEFAULT_GRADING, Grading, VerifierConfig
 from scalerl.envs.task import Task
+from scalerl.sandbox.config import SandboxConfig
 
 
 def one(task: str, i: int = 0) -> Sample:
@@ -22,10 +24,9 @@ def echo_kind(monkeypatch):
     monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
     seen = []
 
-    def score(sample, completion, options):
-        seen.append(dict(options))
-        ok = completion == sample.answer
-        return Score("correct" if ok else "wrong", 1.0 if ok else -1.0)
+    def score(sample, completion, options, grading):
+        seen.append((dict(options), grading))
+        return Score("correct" if completion == sample.answer else "wrong")
 
     kinds.register_kind(kinds.Kind("echo", score, "answer", ""))
     return seen
@@ -63,13 +64,6 @@ def test_unknown_split_is_one_line_naming_the_valid_ones():
         Counted().samples("val")
 
 
-def test_sample_by_id_finds_the_sample_or_raises_key_error():
-    task = Counted()
-    assert task.sample_by_id("s2") == one("counted", 2)
-    with pytest.raises(KeyError, match="task 'counted' has no sample 'nope'"):
-        task.sample_by_id("nope")
-
-
 def test_build_splits_makes_the_splits_together_and_must_give_every_split():
     class Together(Task):
         name, splits = "together", ("train", "val", "test")
@@ -90,25 +84,27 @@ def test_default_judge_is_the_kinds_verifier_with_thinking_flag_and_options(echo
 
     task = Opts()
     sample = task.samples("test")[1]
-    assert task.score(sample, "1").correct and task.score(sample, "2").status == "wrong"
-    assert echo_kind == [{"requires_thinking": True, "boxed_only": True}] * 2
+    grading = Grading(SandboxConfig(backend="process"), VerifierConfig(math_workers=2))
+    assert task.score(sample, "1", grading).correct and task.score(sample, "2").status == "wrong"
+    options = {"requires_thinking": True, "boxed_only": True}
+    assert echo_kind == [(options, grading), (options, DEFAULT_GRADING)]
 
 
 def test_a_judge_that_raises_or_returns_no_score_is_an_error_verdict():
     class Raises(Counted):
         name = "raises"
 
-        def judge(self, sample, completion):
+        def judge(self, sample, completion, grading):
             raise ZeroDivisionError("boom")
 
     class ReturnsFloat(Counted):
         name = "floaty"
 
-        def judge(self, sample, completion):
+        def judge(self, sample, completion, grading):
             return 1.0
 
     raised = Raises().score(one("raises"), "c")
-    assert raised.status == "error" and raised.reward == -1.0
+    assert raised.status == "error"
     assert raised.detail == "task 'raises': judge raised ZeroDivisionError: boom"
     floaty = ReturnsFloat().score(one("floaty"), "c")
     assert floaty.status == "error" and "judge returned float, not a Score" in floaty.detail

@@ -110,15 +110,14 @@ def test_sampled_tokens_never_exceed_thinking_plus_answer():
                 assert sampled <= 6 + 3, (tokens, ended, step)
 
 
-def test_parse_budget_reads_fixed_range_and_none():
-    assert B.parse_budget("12", 4).thinking == 12
-    assert B.parse_budget("10:12", 4, 30) == Budget(thinking=(10, 12), answer=4, total=30)
-    assert B.parse_budget(None, 4).thinking is None
-    assert B.parse_budget("none", 4).thinking is None
+def test_parse_thinking_reads_fixed_range_and_none():
+    assert B.parse_thinking("12") == 12
+    assert B.parse_thinking("10:12") == (10, 12)
+    assert B.parse_thinking(None) is None and B.parse_thinking("none") is None
     with pytest.raises(ValueError, match="expected A or A:B"):
-        B.parse_budget("ten", 4)
+        B.parse_thinking("ten")
     with pytest.raises(ValueError, match="low <= high"):
-        B.parse_budget("12:10", 4)
+        Budget(thinking=B.parse_thinking("12:10"), answer=4)
 
 
 def test_hard_cap_counts_the_phrase_once_defined():

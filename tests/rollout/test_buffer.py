@@ -31,7 +31,7 @@ def make_rollout(sample: Sample, versions: tuple[int, ...], group: int = 0) -> R
         sample_id=sample.id, task=sample.task, prompt_token_ids=(1, 2),
         token_ids=tuple(range(len(versions))), logprobs=(None,) + (-0.5,) * (len(versions) - 1),
         versions=versions, finish_reason="stop", thinking_tokens=0, answer_tokens=len(versions),
-        completion="x" * len(versions), score=Score(status="correct", reward=1.0, latency_s=0.1),
+        completion="x" * len(versions), score=Score(status="correct", latency_s=0.1),
         group=group, timings={"gen_s": 0.2}, meta={"k": [1, 2]},
     )
 

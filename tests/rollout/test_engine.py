@@ -49,6 +49,9 @@ def test_small_thinking_budget_interrupts_and_large_budget_stops(engine):
     interrupted = [r for r in rollouts if r.finish_reason == "interrupted"]
     assert interrupted
     assert all(r.finish_reason in ("interrupted", "truncated") for r in forced_rollouts)
+    # Every forced rollout says so, those whose answer then ran out of budget too.
+    assert [r.interrupted for r in rollouts] == [None in r.logprobs for r in rollouts]
+    assert any(r.interrupted and r.finish_reason == "truncated" for r in rollouts)
     for r in rollouts:
         forced = [i for i, lp in enumerate(r.logprobs) if lp is None]
         sampled = len(r.token_ids) - len(forced)
@@ -66,7 +69,7 @@ def test_small_thinking_budget_interrupts_and_large_budget_stops(engine):
                             temperature=1.0, seed=1)
     stopped = [r for r in large if r.finish_reason == "stop"]
     assert len(stopped) >= 0.9 * len(large)
-    assert all(None not in r.logprobs for r in large)
+    assert all(None not in r.logprobs and not r.interrupted for r in large)
     assert all(INTERRUPTION_PHRASE not in r.completion for r in large)
     assert {r.score.status for r in large} <= {"correct", "wrong", "no_answer"}
 
@@ -209,6 +212,13 @@ def test_memory_is_explicit_and_reported(engine, engine_config):
     print(f"\nengine resident memory: {mem}")
     assert mem["processes"] >= 2  # this process + the engine core (+ its worker)
     assert 0 < mem["children_mb"] < 8 * 1024
+
+
+def test_the_engine_reports_what_it_computes_with(engine, engine_config):
+    # Read back from vLLM's own workers (rollout/vllm_worker.py), not from the arguments.
+    assert engine.engine_info == {"head_dtype": "float32", "dtype": "float32",
+                                  "max_model_len": engine_config.max_model_len}
+    assert engine.head_dtype == "float32"
 
 
 def test_engine_start_freezes_the_gc_heap(engine):

@@ -7,16 +7,31 @@ from scalerl.rollout.weights import PrecisionMismatchError, check_precision_matc
 
 
 def test_precision_check_passes_when_both_sides_agree():
-    check_precision_match(True, True)
-    check_precision_match(False, False)
+    check_precision_match("float32", "float32")
+    check_precision_match("bfloat16", "bfloat16")
 
 
-@pytest.mark.parametrize("gen,train", [(True, False), (False, True)])
-def test_one_sided_fp32_head_is_a_one_line_error(gen, train):
+@pytest.mark.parametrize("gen,train", [("float32", "bfloat16"), ("bfloat16", "float32")])
+def test_a_head_in_another_dtype_is_a_one_line_error(gen, train):
     with pytest.raises(PrecisionMismatchError) as err:
         check_precision_match(gen, train)
-    assert f"generator fp32_head={gen}, trainer fp32_head={train}" in str(err.value)
+    assert f"the generator computes it in {gen}, the trainer in {train}" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.slow
+def test_engine_info_reads_what_vllm_s_own_config_computes_with(tiny_model_path):
+    from vllm.config import ModelConfig
+
+    from scalerl.rollout.vllm_worker import engine_info
+
+    def info(dtype, overrides):
+        return engine_info(ModelConfig(model=tiny_model_path, dtype=dtype, max_model_len=256,
+                                       hf_overrides=overrides))
+
+    assert info("bfloat16", {"head_dtype": "float32"}) == {
+        "head_dtype": "float32", "dtype": "bfloat16", "max_model_len": 256}
+    assert info("bfloat16", {})["head_dtype"] == "bfloat16"  # a server started --no-fp32-head
 
 
 def test_engine_config_rejects_bad_values_naming_them():

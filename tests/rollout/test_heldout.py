@@ -39,8 +39,8 @@ def rollout(task, sample_id, group, status, finish="stop", think=3, answer=2):
     return Rollout(sample_id=sample_id, task=task, prompt_token_ids=(1, 2), token_ids=tokens,
                    logprobs=tuple(-0.5 for _ in tokens), versions=tuple(0 for _ in tokens),
                    finish_reason=finish, thinking_tokens=think, answer_tokens=answer,
-                   completion="x", score=Score(status=status, reward=1.0 if status == "correct"
-                                               else -1.0), group=group)
+                   completion="x", score=Score(status=status), group=group,
+                   interrupted=finish == "interrupted")
 
 
 def fixture_rollouts():

@@ -52,7 +52,7 @@ class FakeGenerator:
                         token_ids=(7,) * self.tokens, logprobs=(-1.0,) * self.tokens,
                         versions=tuple(versions), finish_reason="stop", thinking_tokens=0,
                         answer_tokens=self.tokens, completion="7",
-                        score=Score(status="wrong", reward=-1.0), group=i) for i in range(n)]
+                        score=Score(status="wrong"), group=i) for i in range(n)]
 
 
 class CountingSampler:

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import requests
 import torch
+from session_tasks import session_scorer
 
 from scalerl.envs.base import Sample
 from scalerl.envs.catalog import get_task
@@ -52,7 +53,8 @@ def gen(vllm_servers, tiny_model_path):
 
     config = EngineConfig(max_model_len=1024, servers=tuple(vllm_servers.urls),
                           server_timeout_s=5.0, server_wait_s=60.0)
-    generator = ServerGenerator(tiny_model_path, config=config)
+    generator = ServerGenerator(tiny_model_path, config=config, scorer=session_scorer())
+    assert generator.head_dtype == "float32"  # what the servers' own workers report
     yield generator
     generator.close()
 
@@ -98,9 +100,10 @@ def test_generate_on_servers_gives_the_in_process_rollouts(vllm_servers, engine,
     assert forced >= 20  # a thinking budget of 4 interrupts nearly every rollout
 
 
-def test_eval_runs_on_servers(vllm_servers, tiny_model_path, tmp_path):
-    cmd = [sys.executable, "-m", "scalerl", "eval", "--model", tiny_model_path, "--tasks",
-           "arith", "--limit", "4", "--n", "2", "--k", "1,2", "--thinking-budget", "32",
+def test_eval_runs_on_servers_which_say_what_they_serve(vllm_servers, tmp_path):
+    # No --model: the server's /v1/models names the directory it serves.
+    cmd = [sys.executable, "-m", "scalerl", "eval", "--tasks", "arith", "--limit", "4", "--n",
+           "2", "--k", "1,2", "--thinking-budget", "32",
            "--answer-budget", "16", "--out", str(tmp_path), "--json",
            "--server", vllm_servers.urls[1]]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -108,6 +111,9 @@ def test_eval_runs_on_servers(vllm_servers, tiny_model_path, tmp_path):
     (entry,) = json.loads(proc.stdout.strip().splitlines()[-1])["models"]
     assert entry["generated_samples"] == 4 and entry["tasks"]["arith"]["samples"] == 4
     assert 0.0 <= entry["tasks"]["arith"]["pass@2"] <= 1.0
+    from scalerl.tiny import ensure_tiny
+
+    assert entry["model"] == str(ensure_tiny(log=lambda m: None))
 
 
 def test_an_update_in_flight_changes_every_token_after_it_and_versions_say_where(
@@ -208,6 +214,19 @@ def test_a_hung_server_is_replaced_then_rejoins_with_the_current_weights(gen, vl
                for url in vllm_servers.urls]
     tokens = [r["choices"][0]["token_ids"] for r in replies]
     assert tokens[0] == tokens[1]  # the rejoined server samples from the current weights
+
+
+def test_a_server_whose_head_runs_in_another_dtype_is_refused(vllm_servers, tiny_model_path):
+    from scalerl.rollout.base_generator import GeneratorUnavailable
+    from scalerl.rollout.server_generator import ServerGenerator
+
+    url = vllm_servers.urls[0]  # started by `scalerl serve` with the FP32 head, dtype float32
+    config = EngineConfig(dtype="bfloat16", max_model_len=1024, servers=(url,),
+                          server_timeout_s=5.0, server_wait_s=2.0)
+    with pytest.raises(GeneratorUnavailable) as error:  # a bf16 run without the FP32 head
+        ServerGenerator(tiny_model_path, config=config, fp32_head=False, scorer=session_scorer())
+    assert (f"{url}: computes its LM head in float32, this run's in bfloat16 (start it with "
+            "scalerl serve --no-fp32-head --dtype bfloat16)") in str(error.value)
 
 
 def test_no_usable_server_is_one_clear_error_after_a_bounded_wait(tiny_model_path):

@@ -24,6 +24,7 @@ def tied(tmp_path_factory, tiny_model_path):
 
     from scalerl.rollout.engine import EngineGenerator
     from scalerl.rollout.engine_config import EngineConfig
+    from scalerl.rollout.scorer import Scorer
 
     out = tmp_path_factory.mktemp("tied") / "model"
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
@@ -33,7 +34,7 @@ def tied(tmp_path_factory, tiny_model_path):
     AutoTokenizer.from_pretrained(tiny_model_path).save_pretrained(out)
     config = EngineConfig(dtype="float32", kv_cache_gib=1.0, memory_fraction=0.05,
                           max_model_len=256, max_num_seqs=64, seed=0)
-    generator = EngineGenerator(str(out), config=config)
+    generator = EngineGenerator(str(out), config=config, scorer=Scorer([get_task("arith")]))
     yield generator, AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     generator.close()
 

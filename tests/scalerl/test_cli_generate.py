@@ -10,11 +10,12 @@ from scalerl.envs.catalog import get_task
 from scalerl.rollout.types import Budget
 
 REQUIRED = {"sample_id", "task", "completion", "token_ids", "logprobs", "finish_reason",
-            "thinking_tokens", "answer_tokens", "policy_version", "status", "reward"}
+            "thinking_tokens", "answer_tokens", "policy_version", "status", "interrupted"}
 
 
 @pytest.mark.parametrize("argv,message", [
     (["--model", "tiny", "--task", "no-such-task"], "unknown task 'no-such-task'"),
+    (["--task", "arith"], "--model is required (or --server URL: the server says what it serves)"),
     (["--model", "/nonexistent", "--task", "arith"], "no config.json there"),
     (["--model", "tiny", "--task", "arith", "--thinking-budget", "x"], "expected A or A:B"),
     (["--model", "tiny", "--task", "arith", "--split", "nope"], "no split 'nope'"),
@@ -42,3 +43,5 @@ def test_rows_and_summary_through_the_engine(engine, tmp_path):
     assert summary["interrupted_frac"] + summary["truncated_frac"] >= 0.9
     assert summary["pass_rate"] == sum(r["status"] == "correct" for r in rows) / 12
     assert summary["tokens_per_s"] > 0 and summary["engine_memory_mb"]["total_mb"] > 0
+    assert "reward" not in rows[0]  # a verdict has no reward: the trainer maps it
+    assert summary["interrupted_frac"] == sum(r["interrupted"] for r in rows) / 12

@@ -20,10 +20,10 @@ def sleepy_kind(monkeypatch):
     registry.task_names()
     monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
 
-    def score(sample, completion, options):
+    def score(sample, completion, options, grading):
         time.sleep(float(sample.answer))
         ok = completion == "ok"
-        return Score("correct" if ok else "wrong", 1.0 if ok else -1.0, f"slept {sample.answer}")
+        return Score("correct" if ok else "wrong", f"slept {sample.answer}")
 
     kinds.register_kind(kinds.Kind("sleepy", score, "answer", ""))
 
@@ -105,7 +105,7 @@ def test_skip_bad_reports_and_skips_malformed_rows(tmp_path, capsys):
 
 
 def test_a_kind_that_raises_is_an_error_row_not_a_zero(tmp_path, monkeypatch):
-    def broken(sample, completion, options):
+    def broken(sample, completion, options, grading):
         raise RuntimeError("verifier crashed")
 
     kinds.register_kind(kinds.Kind("broken", broken, "answer", ""))
@@ -139,9 +139,9 @@ from scalerl.cli import main
 from scalerl.envs import kinds, registry
 from scalerl.envs.base import Score
 
-def score(sample, completion, options):
+def score(sample, completion, options, grading):
     time.sleep(float(sample.answer))
-    return Score("correct", 1.0)
+    return Score("correct")
 
 registry.task_names()
 kinds.register_kind(kinds.Kind("sleepy", score, "answer", ""))

@@ -29,8 +29,7 @@ def rollout(task, sample_id, group, status, finish="stop"):
     return Rollout(sample_id=sample_id, task=task, prompt_token_ids=(1,), token_ids=(5, 6, 7),
                    logprobs=(-0.1, -0.2, -0.3), versions=(0, 0, 0), finish_reason=finish,
                    thinking_tokens=2, answer_tokens=1, completion="\\boxed{1}",
-                   score=Score(status=status, reward=1.0 if status == "correct" else -1.0),
-                   group=group)
+                   score=Score(status=status), group=group)
 
 
 def some_rollouts():
@@ -89,11 +88,22 @@ def test_malformed_rollouts_file_is_one_line_error(tmp_path, capsys, content, me
     (["--model", "./nowhere", "--tasks", "arith", "--out", "o"], "no such model directory"),
     (["--rollouts", "r.jsonl", "--k", "0,2"], "--k '0,2'"),
     (["--model", "x/y", "--tasks", "arith", "--split", "val", "--out", "o"], "no split 'val'"),
+    (["--tasks", "arith", "--out", "o"], "give --rollouts FILE, or --model PATH (or --server"),
+    (["--tasks", "arith", "--out", "o", "--server", "http://127.0.0.1:9"],
+     "--server http://127.0.0.1:9: GET /v1/models failed"),
 ])
 def test_bad_eval_arguments_fail_before_any_engine(argv, message, capsys):
     assert cli.main(["eval", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+@pytest.mark.slow  # builds the tiny model when it is not cached
+def test_tiny_names_the_same_model_in_eval_as_everywhere(tiny_model_path):
+    from scalerl.eval_report import resolve_models
+
+    [ref] = resolve_models(["tiny"])
+    assert (ref.path, ref.label) == (tiny_model_path, "tiny")
 
 
 def make_checkpoint(path: Path) -> Path:
@@ -197,8 +207,8 @@ def test_interrupted_eval_generates_only_the_missing_samples(tmp_path, tiny_mode
     full = run_eval([ref], settings, out, lambda p: Counting(), close=lambda g: None)
     assert sum(map(len, calls)) == 3 and full["models"][0]["generated_samples"] == 3
     # the trainer's validation call on the same samples and seeds gives the same figures
-    direct = evaluate(engine, ["arith"], n=2, budget=settings.budget, split="test", ks=(1, 2),
-                      temperature=1.0, seed=3, limit=3).to_dict()
+    direct = evaluate(engine, [get_task("arith")], n=2, budget=settings.budget, split="test",
+                      ks=(1, 2), temperature=1.0, seed=3, limit=3).to_dict()
     assert {k: full["models"][0][k] for k in ("tasks", "overall")} == direct
     calls.clear()
     again = run_eval([ref], settings, out, lambda p: Counting(), close=lambda g: None)

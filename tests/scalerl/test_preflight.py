@@ -49,12 +49,12 @@ def test_eval_and_generate_run_the_same_preflight(tmp_path):
     data.write_text('{"question": "print 1", "input_output": {"inputs": [""], '
                     '"outputs": ["1"]}}\n')
     spec.write_text(f"tasks:\n  - name: docker_code\n    kind: code\n    data: {data.name}\n"
-                    "    test_fraction: 1.0\n    options: {backend: docker}\n")
+                    "    test_fraction: 1.0\n")
     env = {**NO_DOCKER, "SCALERL_TASKS": str(spec)}
     gen = scalerl("generate", "--model", str(tmp_path / "no-model"), "--task", "docker_code",
-                  "--out", str(tmp_path / "out.jsonl"), env=env)
+                  "--sandbox", "docker", "--out", str(tmp_path / "out.jsonl"), env=env)
     ev = scalerl("eval", "--model", str(tmp_path / "no-model"), "--tasks", "docker_code",
-                 "--out", str(tmp_path / "eval"), env=env)
+                 "--sandbox", "docker", "--out", str(tmp_path / "eval"), env=env)
     for command, done in (("generate", gen), ("eval", ev)):
         assert done.returncode == 3, (command, done.stderr[-2000:])
         assert done.stderr.startswith(f"scalerl {command}: task 'docker_code' cannot be "
@@ -68,11 +68,11 @@ def needy_kind(monkeypatch):
     catalog.task_names()
     monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
 
-    def preflight(options):
+    def preflight(options, grading):
         path = options["oracle"]
         return None if os.path.exists(path) else f"oracle {path} is missing; fix: make oracle"
 
-    kinds.register_kind(kinds.Kind("needy", lambda s, c, o: Score("wrong", -1.0),
+    kinds.register_kind(kinds.Kind("needy", lambda s, c, o, g: Score("wrong"),
                                          "answer", "", preflight=preflight))
 
 
@@ -86,7 +86,7 @@ class Needy(Task):
 class OwnNeeds(Needy):
     name = "own_needs"
 
-    def preflight(self):
+    def preflight(self, grading):
         raise RuntimeError("license server unreachable")
 
 

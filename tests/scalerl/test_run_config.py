@@ -58,10 +58,21 @@ def test_unknown_key_names_the_valid_keys():
         load_config("tiny-cpu", ["loss.nme=grpo"])
 
 
-def test_bad_literal_names_what_is_allowed():
-    with pytest.raises(ConfigError, match=r"loss.aggregation = 'seq': allowed: prompt, sample, "
-                                          r"token"):
+def test_a_name_outside_its_registry_names_what_is_registered():
+    with pytest.raises(ConfigError, match=r"^loss.aggregation = 'seq': allowed: prompt, sample, "
+                                          r"token \(the registered aggregation names\)$"):
         load_config("tiny-cpu", ["loss.aggregation=seq"])
+
+
+def test_a_registered_loss_is_usable_without_touching_the_config(monkeypatch):
+    from scalerl.trainer import losses
+
+    with pytest.raises(ConfigError, match="^loss.name = 'my_loss': allowed: cispo, dapo, grpo, "
+                                          "gspo "):
+        load_config("tiny-cpu", ["loss.name=my_loss"])
+    monkeypatch.setattr(losses.LOSSES, "_items", dict(losses.LOSSES._items))  # this test only
+    losses.register_loss("my_loss", clip_low=0.1, clip_high=0.1)(losses.LOSSES["grpo"].fn)
+    assert load_config("tiny-cpu", ["loss.name=my_loss"]).loss.name == "my_loss"
 
 
 def test_bad_type_is_one_line():
@@ -69,18 +80,40 @@ def test_bad_type_is_one_line():
         load_config("tiny-cpu", ["steps=many"])
 
 
-def test_validate_reports_every_bad_value_one_line_each():
-    cfg = load_config("tiny-cpu", ["optim.lr=-1", "offpolicy.rollouts_per_prompt=1",
-                                   "offpolicy.mode=pipelinerl", "offpolicy.k=2"])
+def test_every_bad_value_is_one_line_across_sections():
     with pytest.raises(ConfigError) as info:
-        validate(cfg, check_tasks=False)
+        load_config("tiny-cpu", ["optim.lr=-1", "offpolicy.rollouts_per_prompt=1",
+                                 "offpolicy.mode=pipelinerl", "offpolicy.k=2"])
     lines = str(info.value).splitlines()
     assert lines == [
-        "config: optim.lr = -1.0: must be > 0",
-        "config: offpolicy.rollouts_per_prompt = 1: must be >= 2 (a group)",
-        "config: offpolicy.k = 2: must be 1 with mode pipelinerl (its staleness knob is "
+        "optim.lr = -1.0: must be > 0",
+        "offpolicy.k = 2: must be 1 with mode pipelinerl (its staleness knob is "
         "offpolicy.max_lag)",
+        "offpolicy.rollouts_per_prompt = 1: must be >= 2 (a group)",
     ]
+
+
+@pytest.mark.parametrize(("section", "cls", "kwargs"), [
+    ("optim", "OptimConfig", {"lr": -1.0}),
+    ("policy", "PolicyConfig", {"cpu_threads": 0}),
+    ("offpolicy", "OffPolicyConfig", {"micro_batch_size": 0}),
+    ("advantages", "AdvantageConfig", {"correct_reward": -1.0}),
+    ("filters", "FilterConfig", {"truncation": "mask"}),
+    ("val", "ValConfig", {"limit": 0}),
+])
+def test_a_section_built_directly_raises_the_run_config_s_error(section, cls, kwargs):
+    import scalerl.trainer.config as tc
+
+    with pytest.raises(ValueError) as direct:
+        getattr(tc, cls)(**kwargs)
+    key, value = next(iter(kwargs.items()))
+    value = list(value) if isinstance(value, tuple) else value
+    with pytest.raises(ConfigError) as loaded:
+        load_config("tiny-cpu", [f"{section}.{key}={value}"])
+    assert str(direct.value) == str(loaded.value)
+    assert str(direct.value).startswith(f"{section}.{key} = ") and "\n" not in str(direct.value)
+    with pytest.raises(ValueError, match="^steps = 0: must be > 0$"):
+        tc.TrainerConfig(steps=0)
 
 
 def test_fp32_head_is_one_setting_the_engine_follows():
@@ -107,9 +140,8 @@ def test_unknown_offpolicy_mode_is_refused_naming_the_sources():
 
 
 def test_pipelinerl_needs_k_1():
-    cfg = load_config("magistral", ["offpolicy.k=8"])
     with pytest.raises(ConfigError, match="offpolicy.k = 8: must be 1 with mode pipelinerl"):
-        validate(cfg, check_tasks=False)
+        load_config("magistral", ["offpolicy.k=8"])
 
 
 def test_unknown_task_is_reported_with_known_names():
@@ -145,9 +177,8 @@ def test_every_config_field_has_a_docstring():
 
 
 def test_cpu_threads_must_be_positive_or_null():
-    cfg = load_config("tiny-cpu", ["policy.cpu_threads=0"])
-    with pytest.raises(ConfigError, match=r"^config: policy.cpu_threads = 0: must be >= 1 or null"):
-        validate(cfg, check_tasks=False)
+    with pytest.raises(ConfigError, match=r"^policy.cpu_threads = 0: must be >= 1 or null"):
+        load_config("tiny-cpu", ["policy.cpu_threads=0"])
     assert validate(load_config("tiny-cpu", ["policy.cpu_threads=null"]),
                     check_tasks=False).policy.cpu_threads is None
 
@@ -157,8 +188,8 @@ def test_cpu_threads_must_be_positive_or_null():
     ("policy.collective_timeout_s=0", "policy.collective_timeout_s = 0.0: must be > 0"),
 ])
 def test_trainer_scale_settings_are_checked(override, message):
-    with pytest.raises(ConfigError, match=f"^config: {message}$"):
-        validate(load_config("tiny-cpu", [override]), check_tasks=False)
+    with pytest.raises(ConfigError, match=f"^{message}$"):
+        load_config("tiny-cpu", [override])
 
 
 def test_sharding_and_engine_devices_are_settable():

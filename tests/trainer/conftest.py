@@ -1,7 +1,8 @@
 """Small helpers for trainer tests: a tiny random Qwen2 (no download, no vLLM) and fake groups.
 
-The rollouts here are hand-made (token ids, logprobs, scores) because these tests exercise the
-trainer's maths on fixed inputs; the slow tests use the real engine from tests/conftest.py.
+The rollouts here are hand-made (token ids, logprobs, verdicts, and the ±1 rewards the trainer
+would assign) because these tests exercise the trainer's maths on fixed inputs; the slow tests use
+the real engine from tests/conftest.py.
 """
 
 import random
@@ -42,7 +43,7 @@ def fake_groups(n_prompts: int = 3, n: int = 4, seed: int = 0, forced: bool = Tr
                 sample_id=f"s{p}", task="arith", prompt_token_ids=prompt, token_ids=tokens,
                 logprobs=tuple(logprobs), versions=(0,) * length, finish_reason="stop",
                 thinking_tokens=0, answer_tokens=length, completion="",
-                score=Score(status=status, reward=1.0 if status == "correct" else -1.0),
+                score=Score(status=status), reward=1.0 if status == "correct" else -1.0,
                 group=g))
         groups.append(group)
     return groups

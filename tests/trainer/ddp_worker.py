@@ -26,7 +26,7 @@ def main(out: str, micro: int) -> None:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
     model, opt = accelerator.prepare(model, opt)
     batch = collate(fake_groups(n_prompts=3, n=4, seed=5), normalise="batch",
-                    aggregation="prompt", correct_reward=1.0, wrong_reward=-1.0, pad_id=0)
+                    aggregation="prompt", pad_id=0)
     settings = StepSettings(loss="cispo", loss_kwargs=loss_kwargs("cispo", {}),
                             micro_batch_size=micro, temperature=1.0, fp32_head=True,
                             max_grad_norm=None)

@@ -93,7 +93,7 @@ def run_model(tied: bool, args, accelerator) -> dict:
     losses, norms = [], []
     for step in range(first, STEPS):
         batch = collate(fake_groups(n_prompts=3, n=4, seed=10 + step), normalise="batch",
-                        aggregation="prompt", correct_reward=1.0, wrong_reward=-1.0, pad_id=0)
+                        aggregation="prompt", pad_id=0)
         stats = train_step(accelerator, policy, opt, sched, batch, settings)
         losses.append(stats["loss"])
         norms.append(stats["grad_norm"])

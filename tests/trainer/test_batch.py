@@ -8,10 +8,12 @@ from conftest import fake_groups
 from scalerl.envs.base import Score
 from scalerl.trainer.batch import collate, prepare_groups
 from scalerl.trainer.filters import PromptRetirement
+from scalerl.trainer.rewards import RewardMap
 
 
 def set_status(group, statuses):
-    return [dataclasses.replace(r, score=Score(status=s, reward=1.0 if s == "correct" else -1.0))
+    """The verdicts `statuses`, with the ±1 rewards the default RewardMap gives them."""
+    return [dataclasses.replace(r, score=Score(status=s), reward=1.0 if s == "correct" else -1.0)
             for r, s in zip(group, statuses, strict=True)]
 
 
@@ -27,8 +29,8 @@ def in_group_order(batch, groups) -> list[int]:
 
 
 def prepare(groups, retirement=None, **kw):
-    args = dict(truncation="drop", correct_reward=1.0, wrong_reward=-1.0,
-                zero_variance_filter=True, retirement=retirement or PromptRetirement())
+    args = dict(truncation="drop", rewards=RewardMap(), zero_variance_filter=True,
+                retirement=retirement or PromptRetirement())
     return prepare_groups(groups, **(args | kw))
 
 
@@ -45,8 +47,7 @@ def test_zero_variance_groups_are_dropped_and_counted():
 
 def test_collate_masks_forced_tokens_and_uses_generator_logprobs():
     groups = fake_groups(n_prompts=1, n=4)
-    batch = collate(groups, normalise="none", aggregation="token", correct_reward=1.0,
-                    wrong_reward=-1.0, pad_id=0)
+    batch = collate(groups, normalise="none", aggregation="token", pad_id=0)
     first, row = groups[0][0], in_group_order(batch, groups)[0]
     n = len(first.token_ids)
     expected_mask = [0.0 if lp is None else 1.0 for lp in first.logprobs]
@@ -61,8 +62,7 @@ def test_collate_masks_forced_tokens_and_uses_generator_logprobs():
 
 def test_std_scope_all_counts_filtered_rows_as_zero_advantages():
     groups = [set_status(fake_groups(1, 4)[0], ["correct", "wrong", "wrong", "wrong"])]
-    common = dict(normalise="batch", aggregation="prompt", correct_reward=1.0,
-                  wrong_reward=-1.0, pad_id=0, eps=0.0)
+    common = dict(normalise="batch", aggregation="prompt", pad_id=0, eps=0.0)
     kept, with_zero = collate(groups, **common), collate(groups, zero_rows=4, **common)
     kept_only = kept.advantages.squeeze(-1)[in_group_order(kept, groups)]
     with_all = with_zero.advantages.squeeze(-1)[in_group_order(with_zero, groups)]
@@ -80,8 +80,7 @@ def test_error_verdicts_are_left_out_and_the_baseline_comes_from_the_rest():
     assert all(r.score.status != "error" for k in kept for r in k)
     assert (report.rollouts_in, report.error_excluded, report.error_groups_dropped) == (8, 1, 0)
     assert report.error_excluded_frac == 1 / 8
-    batch = collate(kept, normalise="none", aggregation="prompt", correct_reward=1.0,
-                    wrong_reward=-1.0, pad_id=0)
+    batch = collate(kept, normalise="none", aggregation="prompt", pad_id=0)
     # group 0 without its error: rewards (1, -1, -1), mean -1/3; group 1: (1, -1, -1, 1), mean 0
     expected = torch.tensor([4 / 3, -2 / 3, -2 / 3, 1.0, -1.0, -1.0, 1.0])
     torch.testing.assert_close(batch.advantages.squeeze(-1)[in_group_order(batch, kept)],
@@ -92,8 +91,7 @@ def test_error_verdicts_are_left_out_and_the_baseline_comes_from_the_rest():
 def test_errors_never_enter_the_batch_std():
     g = [set_status(fake_groups(1, 4)[0], ["correct", "wrong", "error", "error"])]
     kept, _ = prepare(g)
-    batch = collate(kept, normalise="batch", aggregation="prompt", correct_reward=1.0,
-                    wrong_reward=-1.0, pad_id=0, eps=0.0)
+    batch = collate(kept, normalise="batch", aggregation="prompt", pad_id=0, eps=0.0)
     # (1, -1) centred is (1, -1), std 1; trained as -1 the errors would give (1.5, -.5, -.5, -.5)
     torch.testing.assert_close(batch.advantages.squeeze(-1)[in_group_order(batch, kept)],
                                torch.tensor([1.0, -1.0]))
@@ -112,8 +110,7 @@ def test_a_group_left_with_fewer_than_two_rollouts_is_dropped():
 
 def test_rows_come_out_shortest_first_with_their_own_advantages_and_weights():
     groups = fake_groups(n_prompts=3, n=4, seed=2)
-    common = dict(normalise="none", aggregation="prompt", correct_reward=1.0, wrong_reward=-1.0,
-                  pad_id=0)
+    common = dict(normalise="none", aggregation="prompt", pad_id=0)
     batch = collate(groups, **common)
     lengths = batch.attention_mask.sum(1).tolist()
     assert lengths == sorted(lengths) and len(set(lengths)) > 1

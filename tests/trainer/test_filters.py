@@ -16,11 +16,10 @@ from scalerl.trainer.filters import (
 
 
 def rollout(status="correct", finish="stop", task="arith", detail=""):
-    reward = 1.0 if status == "correct" else -1.0
     return Rollout(sample_id="s", task=task, prompt_token_ids=(1,), token_ids=(2, 3),
                    logprobs=(-0.1, -0.2), versions=(0, 0), finish_reason=finish,
                    thinking_tokens=0, answer_tokens=2, completion="x",
-                   score=Score(status=status, reward=reward, detail=detail))
+                   score=Score(status=status, detail=detail))
 
 
 def test_only_error_verdicts_are_left_out():
@@ -72,14 +71,15 @@ def test_truncation_drop_excludes_truncated_rollouts():
 
 def test_truncation_wrong_rescores_truncated_as_wrong():
     group = [rollout("correct", "truncated"), rollout()]
-    out = apply_truncation(group, "wrong", wrong_reward=-1.0)
-    assert [r.reward for r in out] == [-1.0, 1.0]
-    assert out[0].score.status == "wrong"
-    assert apply_truncation(group, "keep")[0].reward == 1.0
+    out = apply_truncation(group, "wrong")
+    assert [r.score.status for r in out] == ["wrong", "correct"]
+    assert out[0].score.detail == "truncated (verifier: correct)"
+    assert [r.score.status for r in apply_truncation(group, "keep")] == ["correct", "correct"]
 
 
 def test_unknown_truncation_policy_is_named():
-    with pytest.raises(KeyError, match="known: drop, keep, wrong"):
+    with pytest.raises(KeyError, match="unknown truncation policy 'mask'; registered: drop, "
+                                       "keep, wrong"):
         apply_truncation([], "mask")
 
 

@@ -139,7 +139,7 @@ def test_micro_batches_with_global_weights_equal_one_big_batch(how):
 
 
 def test_unknown_names_list_the_known_ones():
-    with pytest.raises(KeyError, match="known: prompt, sample, token"):
+    with pytest.raises(KeyError, match="registered: prompt, sample, token"):
         aggregation_weights("seq", MASK, PROMPTS)
     with pytest.raises(KeyError, match="cispo"):
         loss_kwargs("ppo", {})

@@ -5,6 +5,7 @@ import json
 
 from conftest import fake_groups
 
+from scalerl.envs.base import Score
 from scalerl.trainer.metrics import rollout_metrics, truncate_jsonl
 
 
@@ -14,11 +15,27 @@ def test_rollout_metrics_by_hand():
                  dataclasses.replace(groups[1][1], task="synth_code")]
     # statuses: (g+p) even -> correct: p0: [correct, wrong], p1: [wrong, correct]
     m = rollout_metrics(groups)
-    assert m["reward/mean"] == 0.0
+    assert "reward/mean" not in m  # rewards are the trainer's: reward_metrics, below
     assert m["train/arith/pass_rate"] == 0.5 and m["train/synth_code/pass_rate"] == 0.5
     assert m["rollout/truncated_frac"] == 0.25
     lengths = [len(r.token_ids) for g in groups for r in g]
     assert m["rollout/length_mean"] == sum(lengths) / 4
+
+
+def test_interruptions_errors_and_timeouts_are_counted_apart():
+    [group] = fake_groups(n_prompts=1, n=4)
+    group = [
+        # interrupted at its thinking budget, then out of answer budget: both facts count
+        dataclasses.replace(group[0], interrupted=True, finish_reason="truncated"),
+        dataclasses.replace(group[1], interrupted=True, finish_reason="interrupted"),
+        dataclasses.replace(group[2], score=Score("error", "sandbox error")),
+        dataclasses.replace(group[3], score=Score("timeout", "time limit")),
+    ]
+    m = rollout_metrics([group])
+    assert m["rollout/interrupted_frac"] == 0.5
+    assert m["rollout/truncated_frac"] == 0.25
+    assert m["rollout/error_frac"] == 0.25  # error only: what filters.max_error_frac counts
+    assert m["rollout/timeout_frac"] == 0.25
 
 
 def test_truncate_jsonl_drops_steps_after_the_checkpoint(tmp_path):

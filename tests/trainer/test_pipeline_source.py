@@ -38,7 +38,7 @@ class SeededGenerator:
     def metrics(self):
         return {}
 
-    def generate(self, samples, *, n, budget, temperature, seed, scorer=None):
+    def generate(self, samples, *, n, budget, temperature, seed):
         out = []
         for s in samples:
             for g in range(n):
@@ -53,7 +53,7 @@ class SeededGenerator:
                                    token_ids=tuple(toks), logprobs=(-1.0,) * self.tokens,
                                    versions=tuple(vers), finish_reason="stop",
                                    thinking_tokens=0, answer_tokens=self.tokens,
-                                   completion="", score=Score(status="wrong", reward=-1.0),
+                                   completion="", score=Score(status="wrong"),
                                    group=g))
         return out
 

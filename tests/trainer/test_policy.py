@@ -11,8 +11,7 @@ from scalerl.trainer.policy import completion_positions, token_stats
 
 
 def batch_of(groups):
-    return collate(groups, normalise="batch", aggregation="prompt", correct_reward=1.0,
-                   wrong_reward=-1.0, pad_id=0)
+    return collate(groups, normalise="batch", aggregation="prompt", pad_id=0)
 
 
 def test_completion_positions_point_at_the_previous_token():

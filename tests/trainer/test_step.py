@@ -20,8 +20,7 @@ def settings(loss="cispo", micro=64):
 
 
 def batch_of(groups, aggregation="prompt"):
-    return collate(groups, normalise="batch", aggregation=aggregation, correct_reward=1.0,
-                   wrong_reward=-1.0, pad_id=0)
+    return collate(groups, normalise="batch", aggregation=aggregation, pad_id=0)
 
 
 @pytest.mark.parametrize("loss", ["cispo", "grpo", "dapo", "gspo"])

@@ -25,7 +25,8 @@ from scalerl.envs.code.verifier import (
     parse_records,
     score_code,
 )
-from scalerl.sandbox import available_backends
+from scalerl.envs.grading import Grading
+from scalerl.sandbox import SandboxConfig, available_backends
 
 IN_CI = os.environ.get("CI") == "true"
 
@@ -37,7 +38,7 @@ def bwrap():
         if IN_CI:
             pytest.fail(f"bwrap unavailable in CI: {why}")
         pytest.skip(f"bwrap unavailable: {why}")
-    return "bwrap"
+    return SandboxConfig("bwrap")
 
 
 def fenced(code: str) -> str:
@@ -176,40 +177,40 @@ def test_assert_conversion_refuses_loops_helpers_and_huge_constants():
 
 def test_call_format_correct_and_wrong(bwrap):
     good = score_code(fenced("def f(x):\n    return 3*x+2"), CALL, requires_thinking=True,
-                      backend=bwrap)
-    assert (good.status, good.reward, good.detail) == ("correct", 1.0, "3/3 tests passed")
-    bad = score_code(fenced("def f(x):\n    return 3*x+1"), CALL, backend=bwrap)
-    assert bad.status == "wrong" and bad.reward == -1.0
+                      sandbox=bwrap)
+    assert (good.status, good.detail) == ("correct", "3/3 tests passed")
+    bad = score_code(fenced("def f(x):\n    return 3*x+1"), CALL, sandbox=bwrap)
+    assert bad.status == "wrong"
     assert bad.detail.startswith("0/3 tests passed; test 0: input [1]: expected 5, got 4")
 
 
 def test_call_format_solution_class_and_json_outputs(bwrap):
     tests = {"type": "call", "fn_name": "pair", "inputs": [[1, 2]], "outputs": [[2, 1]]}
     code = "class Solution:\n    def pair(self, a, b):\n        return (b, a)"
-    assert score_code(fenced(code), tests, backend=bwrap).status == "correct"  # tuple as JSON
+    assert score_code(fenced(code), tests, sandbox=bwrap).status == "correct"  # tuple as JSON
 
 
 def test_call_format_apps_unwrapped_outputs(bwrap):
     tests = {"type": "call", "fn_name": "f", "inputs": [[2]], "outputs": [[4]],
              "unwrap_outputs": True}
-    assert score_code(fenced("def f(x):\n    return x*x"), tests, backend=bwrap).correct
+    assert score_code(fenced("def f(x):\n    return x*x"), tests, sandbox=bwrap).correct
 
 
 def test_stdio_format_correct_wrong_and_runtime_error(bwrap):
     code = "a, b = map(int, input().split())\nprint(a + b)"
-    assert score_code(fenced(code), STDIO, backend=bwrap).status == "correct"
-    wrong = score_code(fenced("print(3)"), STDIO, backend=bwrap)
+    assert score_code(fenced(code), STDIO, sandbox=bwrap).status == "correct"
+    wrong = score_code(fenced("print(3)"), STDIO, sandbox=bwrap)
     assert wrong.status == "wrong" and "1/2 tests passed; test 1: expected '7\\n'" in wrong.detail
-    crash = score_code(fenced("print(3)\nraise ValueError('boom')"), STDIO, backend=bwrap)
+    crash = score_code(fenced("print(3)\nraise ValueError('boom')"), STDIO, sandbox=bwrap)
     assert crash.status == "wrong" and "exit code 1" in crash.detail and "boom" in crash.detail
 
 
 def test_stdio_float_outputs_declared_in_tests_or_options(bwrap):
     tests = {"type": "stdio", "inputs": ["3\n"], "outputs": ["0.333333333\n"]}
     code = "print(round(1 / int(input()), 7))"
-    assert score_code(fenced(code), tests, backend=bwrap).status == "wrong"
-    assert score_code(fenced(code), tests, backend=bwrap, float_outputs=True).correct
-    assert score_code(fenced(code), {**tests, "float_outputs": True}, backend=bwrap).correct
+    assert score_code(fenced(code), tests, sandbox=bwrap).status == "wrong"
+    assert score_code(fenced(code), tests, sandbox=bwrap, float_outputs=True).correct
+    assert score_code(fenced(code), {**tests, "float_outputs": True}, sandbox=bwrap).correct
 
 
 def test_assert_format_converted_and_fallback(bwrap):
@@ -219,34 +220,34 @@ def test_assert_format_converted_and_fallback(bwrap):
             "test": "def check(candidate):\n    for x in range(5):\n"
                     "        assert candidate(x, x) == 2 * x\n"}
     for tests in (converted, loop):
-        assert score_code(fenced("def add(a, b):\n    return a + b"), tests, backend=bwrap).correct
-        s = score_code(fenced("def add(a, b):\n    return a - b"), tests, backend=bwrap)
+        assert score_code(fenced("def add(a, b):\n    return a + b"), tests, sandbox=bwrap).correct
+        s = score_code(fenced("def add(a, b):\n    return a - b"), tests, sandbox=bwrap)
         assert s.status == "wrong", s
 
 
 def test_a_check_that_never_calls_the_candidate_is_an_error(bwrap):
     tests = {"type": "assert", "entry_point": "add",
              "test": "def check(candidate):\n    for x in []:\n        assert candidate(x)\n"}
-    s = score_code(fenced("def add(a, b):\n    return a + b"), tests, backend=bwrap)
+    s = score_code(fenced("def add(a, b):\n    return a + b"), tests, sandbox=bwrap)
     assert s.status == "error" and "check() never called the candidate" in s.detail, s
 
 
 def test_per_test_deadline_gives_timeout_and_keeps_going(bwrap):
     code = "def f(x):\n    while x == 2:\n        pass\n    return 3*x+2"
-    s = score_code(fenced(code), CALL, backend=bwrap, test_timeout_s=0.5)
+    s = score_code(fenced(code), CALL, sandbox=bwrap, test_timeout_s=0.5)
     assert s.status == "timeout" and "2/3 tests passed; test 1: time limit 0.5 s" in s.detail
-    s = score_code(fenced("import time\ntime.sleep(5)"), STDIO, backend=bwrap, test_timeout_s=0.5)
+    s = score_code(fenced("import time\ntime.sleep(5)"), STDIO, sandbox=bwrap, test_timeout_s=0.5)
     assert s.status == "timeout" and s.latency_s < 4
 
 
 def test_a_wrong_answer_outranks_a_timeout(bwrap):
     code = "def f(x):\n    while x == 5:\n        pass\n    return 0"
-    assert score_code(fenced(code), CALL, backend=bwrap, test_timeout_s=0.5).status == "wrong"
+    assert score_code(fenced(code), CALL, sandbox=bwrap, test_timeout_s=0.5).status == "wrong"
 
 
 def test_no_code_is_no_answer_and_bad_tests_are_error(bwrap):
     assert score_code("no code here", CALL, requires_thinking=True).status == "no_answer"
-    s = score_code(fenced("x=1"), {"type": "call"}, backend=bwrap)
+    s = score_code(fenced("x=1"), {"type": "call"}, sandbox=bwrap)
     assert s.status == "error" and s.detail.startswith("tests: ")
 
 
@@ -257,34 +258,36 @@ def test_tests_that_are_not_an_object_are_error():
 
 def test_kind_options_from_a_spec_file_may_give_limits_as_a_mapping(bwrap):
     sample = Sample(id="1", task="t", prompt="p", tests=STDIO)
-    opts = {"backend": bwrap, "limits": {"wall_s": 0.5, "cpu_s": 0.5}}
-    s = get_kind("code").score(sample, fenced("import time\ntime.sleep(3)"), opts)
+    opts = {"limits": {"wall_s": 0.5, "cpu_s": 0.5}}
+    s = get_kind("code").score(sample, fenced("import time\ntime.sleep(3)"), opts,
+                               Grading(bwrap))
     assert s.status == "timeout" and s.latency_s < 2.5, s
 
 
-def test_unknown_backend_is_error_not_wrong():
-    s = score_code(fenced("def f(x):\n    return 3*x+2"), CALL, backend="nope")
-    assert s.status == "error" and "unknown sandbox backend 'nope'" in s.detail
+def test_a_backend_that_cannot_run_here_is_error_not_wrong(monkeypatch):
+    from scalerl.sandbox.base import BACKENDS
+
+    # A backend that is registered but cannot run on this machine (as bwrap without bubblewrap).
+    monkeypatch.setattr(BACKENDS["process"], "available", classmethod(lambda cls: (False, "no")))
+    s = score_code(fenced("def f(x):\n    return 3*x+2"), CALL, sandbox=SandboxConfig("process"))
+    assert s.status == "error" and "sandbox backend 'process' is not available here" in s.detail
 
 
 def test_code_kind_scores_samples_and_names_its_gold_field(bwrap):
     kind = get_kind("code")
     assert (kind.gold_field, kind.system_prompt) == ("tests", CODE_SYSTEM_PROMPT)
     sample = Sample(id="1", task="t", prompt="p", tests=json.loads(json.dumps(CALL)))
-    opts = {"requires_thinking": True, "backend": bwrap}
-    assert kind.score(sample, fenced("def f(x):\n    return 3*x+2"), opts).correct
-    assert kind.score(Sample(id="2", task="t", prompt="p"), "x", opts).status == "error"
+    opts = {"requires_thinking": True}
+    grading = Grading(bwrap)
+    assert kind.score(sample, fenced("def f(x):\n    return 3*x+2"), opts, grading).correct
+    assert kind.score(Sample(id="2", task="t", prompt="p"), "x", opts, grading).status == "error"
+    refused = kind.score(sample, fenced("def f(x):\n    return 3*x+2"), {"backend": "docker"})
+    assert refused.status == "error" and "the sandbox is the run's sandbox.backend" in (
+        refused.detail)
 
 
 def test_default_run_limits_follow_the_sandbox_config():
-    import scalerl.sandbox
-    from scalerl.sandbox import SandboxConfig
-
-    assert default_limits(3, 4.0).wall_s == 15.0  # start-up + 3 tests' deadlines, under the cap
-    before = scalerl.sandbox.current_config()
-    try:
-        scalerl.sandbox.configure(SandboxConfig(memory_mb=256, max_run_s=10.0))
-        limits = default_limits(100, 4.0)
-    finally:
-        scalerl.sandbox.configure(before)
+    # start-up + 3 tests' deadlines, under the cap
+    assert default_limits(3, 4.0, SandboxConfig()).wall_s == 15.0
+    limits = default_limits(100, 4.0, SandboxConfig(memory_mb=256, max_run_s=10.0))
     assert (limits.wall_s, limits.cpu_s, limits.memory_mb) == (10.0, 10.0, 256)

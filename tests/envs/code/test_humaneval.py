@@ -85,7 +85,8 @@ def test_return_none_bodies_are_wrong(task):
 
 
 def test_check_mode_catches_a_bug_only_the_random_loop_sees(task):
-    sample = task.sample_by_id("HumanEval/53")  # add(x, y): literal asserts, then 100 random
+    # add(x, y): literal asserts, then 100 random
+    [sample] = [s for s in task.samples("test") if s.id == "HumanEval/53"]
     assert sample.id in NOT_LITERAL
     buggy = "```python\ndef add(x: int, y: int):\n    return x + y if x + y < 1500 else 0\n```"
     s = task.score(sample, buggy)

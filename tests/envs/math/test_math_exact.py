@@ -60,7 +60,6 @@ def test_boxed_integers_never_reach_the_pool():
     right = score_math("<think>2+2</think>\\boxed{4}", "4", requires_thinking=True, pool=broken)
     wrong = score_math("<think>2+2</think>\\boxed{5}", "4", requires_thinking=True, pool=broken)
     other = score_math("<think>2+2</think>\\boxed{4.0}", "4", requires_thinking=True, pool=broken)
-    assert (right.status, right.reward) == ("correct", 1.0)
-    assert (wrong.status, wrong.reward) == ("wrong", -1.0)
+    assert (right.status, wrong.status) == ("correct", "wrong")
     assert "exact integer" in right.detail
     assert other.status == "error" and "must not be used" in other.detail

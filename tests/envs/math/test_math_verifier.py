@@ -17,15 +17,13 @@ from scalerl.envs.math import verifier as vmath
 from scalerl.envs.math.verifier import (
     MATH_SYSTEM_PROMPT,
     check_answer,
-    configure_pool,
     exact_value,
-    get_pool,
     last_boxed_run,
     make_pool,
     parse_gold,
     score_math,
     score_math_many,
-    shutdown_pool,
+    shared_pool,
     strip_thinking,
 )
 
@@ -39,7 +37,7 @@ def pool():
     p = make_pool(2)
     yield p
     p.shutdown()
-    vmath.shutdown_pool()  # the default pool, if a test (the kind) started it
+    vmath.shutdown_pools()  # the shared pools, if a test (the kind) started one
 
 
 def score(completion: str, gold: str, pool, **kw):
@@ -68,21 +66,19 @@ def test_an_answer_inside_the_thinking_does_not_count(pool):
 def test_required_thinking_without_close_tag_is_no_answer(pool):
     s = score("\\boxed{7}", "7", pool, requires_thinking=True)
     assert s.status == "no_answer" and "no </think>" in s.detail
-    assert s.reward == -1.0
 
 
 # --- statuses -------------------------------------------------------------------------------
-def test_correct_with_reward(pool):
+def test_correct(pool):
     s = score("<think>3/4 of it</think>The answer is $\\boxed{\\frac{3}{4}}$.", "\\frac{3}{4}",
-              pool, correct_reward=2.0, wrong_reward=0.0)
-    assert (s.status, s.reward) == ("correct", 2.0)
+              pool)
+    assert s.status == "correct"
     assert s.latency_s > 0
 
 
-def test_wrong_with_reward(pool):
-    s = score("so \\boxed{\\frac{2}{3}}", "\\frac{3}{4}", pool, correct_reward=2.0,
-              wrong_reward=0.0)
-    assert (s.status, s.reward) == ("wrong", 0.0)
+def test_wrong(pool):
+    s = score("so \\boxed{\\frac{2}{3}}", "\\frac{3}{4}", pool)
+    assert s.status == "wrong"
     assert "2}{3}" in s.detail
 
 
@@ -103,24 +99,24 @@ def test_timeout_on_an_adversarial_input_is_bounded(pool, caplog):
     assert score("\\boxed{5}", "5", pool).status == "correct"  # the pool still works
 
 
-def test_a_killed_worker_gives_error_and_the_pool_keeps_working(pool):
-    score("\\boxed{1}", "1", pool)  # warm: idle workers exist, so dispatch is immediate
-    holder: dict = {}
-    thread = threading.Thread(target=lambda: holder.update(
-        s=score(DEEP_BRACES, "1", pool, timeout_s=60)))
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not pool.busy_pids() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.3)  # let the check start parsing
-    [pid] = pool.busy_pids()
-    os.kill(pid, 9)
-    thread.join(60)
-    s = holder["s"]
-    assert s.status == "error"
-    assert f"pid {pid} died mid-check (killed by signal SIGKILL)" in s.detail
-    assert s.reward == -1.0
-    assert score("\\boxed{5}", "5", pool).status == "correct"
+def test_a_killed_worker_gives_error_and_the_pool_keeps_working():
+    one = make_pool(1)  # one worker: the one the check runs on
+    try:
+        score("\\boxed{1/2}", "1/2", one)  # warm: the worker exists, dispatch is immediate
+        [pid] = one.worker_pids()
+        holder: dict = {}
+        thread = threading.Thread(target=lambda: holder.update(
+            s=score(DEEP_BRACES, "1", one, timeout_s=60)))
+        thread.start()
+        time.sleep(0.5)  # let the check start parsing
+        os.kill(pid, 9)
+        thread.join(60)
+        s = holder["s"]
+        assert s.status == "error"
+        assert f"pid {pid} died mid-check (killed by signal SIGKILL)" in s.detail
+        assert score("\\boxed{5/2}", "5/2", one).status == "correct"
+    finally:
+        one.shutdown()
 
 
 def test_bad_inputs_are_errors_not_exceptions(pool):
@@ -248,17 +244,18 @@ def test_details_are_truncated(pool):
     assert len(s.detail) < 400
 
 
-def test_configure_pool_sets_the_size_of_the_pool_scoring_uses(monkeypatch):
-    monkeypatch.setattr(vmath, "_POOL", None)
-    try:
-        one = configure_pool(1)
-        assert one.size == 1 and get_pool() is one
-        s = score_math("\\boxed{\\frac{1}{2}}", "1/2")  # not a lone integer: needs the pool
-        assert s.status == "correct"
-    finally:
-        shutdown_pool()
+def test_the_kind_checks_in_the_pool_of_the_run_s_math_workers():
+    from scalerl.envs.grading import Grading, VerifierConfig
+
+    sample = Sample(id="x", task="t", prompt="", answer="1/2")
+    grading = Grading(verifiers=VerifierConfig(math_workers=1))
+    s = get_kind("math").score(sample, "\\boxed{\\frac{1}{2}}", {}, grading)  # needs the pool
+    assert s.status == "correct"
+    one = shared_pool(1)
+    assert one.size == 1 and one.worker_pids(), "the 1-worker pool did the check"
+    assert shared_pool(1) is one
     with pytest.raises(ValueError, match="pool size must be >= 1, got 0"):
-        configure_pool(0)
+        shared_pool(0)
 
 
 # --- the registered kind ------------------------------------------------------------------------
