@@ -10,8 +10,8 @@ Why: vLLM 0.32's layerwise reload re-processes only the layers whose weights it 
 with a tied LM head (Qwen2.5-1.5B, Llama-3.2-1B, ...) has no `lm_head.weight` in its files, so the
 head layer loads nothing and keeps the kernel state made at start-up; on CPU that state is a
 prepacked copy of the weight, so generation kept sampling from the *first* head after every
-update while the trainer's moved on (a mismatch KL growing 1e-6 -> 8e-6 over 4 steps on a tied
-tiny model). The shared storage itself is updated, so re-processing every layer that shares a
+update while the trainer's moved on (the mismatch KL grew with every step: docs/measurements.md).
+The shared storage itself is updated, so re-processing every layer that shares a
 weight with another restores them. Only unquantized embeddings/heads are re-processed (their
 processing is a pure function of the weight). Runs only inside a vLLM worker; nothing here is
 imported by scalerl's own processes except the qualified name.

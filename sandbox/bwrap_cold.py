@@ -1,6 +1,6 @@
 """The `bwrap-cold` backend: one fresh bubblewrap sandbox (namespaces, tmpfs, cgroup) per run.
 
-The strongest backend, about 0.3x bare-subprocess throughput here (bench sandbox); `bwrap`
+The strongest backend, and the slowest (`scalerl bench sandbox` measures it); `bwrap`
 (bwrap_warm.py) reuses these walls across runs for >1x. The command line itself is built in
 bwrap_argv.py; the in-sandbox supervisor is inside/supervisor.py.
 

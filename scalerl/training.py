@@ -207,8 +207,8 @@ def set_cpu_threads(threads: int | None) -> None:
     """The trainer's torch threads on CPU (`policy.cpu_threads`); GPU runs keep torch's default.
 
     No core pinning: keeping the trainer off the core vLLM binds its worker to was measured
-    slower (PipelineRL-8 0.33 vs 0.42 steps/s on 2 cores): vLLM's scheduler process and its
-    output handling need the other core, and the worker's core has gaps the trainer fills."""
+    slower (docs/measurements.md): vLLM's scheduler process and its output handling need the
+    other core, and the worker's core has gaps the trainer fills."""
     import torch
 
     if threads is not None and not torch.cuda.is_available():

@@ -137,9 +137,8 @@ def collate(groups: list[Group], *, normalise: str, aggregation: str, pad_id: in
     advantages join the batch std (advantages.std_scope = all) but are not trained on.
     Rows are sorted by sequence length (stable): the step's micro-batches are runs of
     consecutive rows, each trimmed to its own longest sequence, so mixed-length tasks stop
-    paying for the longest row everywhere (tiny-cpu: 46% of the padded batch was padding; the
-    step's CPU time fell 2.1x with 32-row micro-batches). The loss is a weighted sum over rows,
-    so the order changes nothing else.
+    paying for the longest row everywhere (docs/measurements.md has the tiny-cpu figures). The
+    loss is a weighted sum over rows, so the order changes nothing else.
     """
     rollouts = [r for g in groups for r in g]
     if not rollouts:

@@ -64,8 +64,8 @@ class PolicyConfig:
     """Sampling temperature; trainer logprobs are taken at the same temperature."""
     cpu_threads: int | None = 1
     """Torch threads of the trainer when it runs on CPU (None: torch's default, one per core).
-    1 by default: beside vLLM's engine process and the verifier pool, one thread measured 2.4x
-    the tokens/s of two on 2 cores. Ignored on GPU."""
+    1 by default: beside vLLM's engine process and the verifier pool, one thread trains faster
+    than two on a 2-core machine (docs/measurements.md). Ignored on GPU."""
     sharding: Literal["none", "fsdp2"] = "none"
     """How the trainer's ranks hold the model. `none`: every rank holds all of it (one process,
     or DDP under torchrun / `accelerate launch`). `fsdp2`: torch's FSDP2 (`fully_shard` on each
