@@ -19,7 +19,9 @@ def test_light_commands_start_without_torch_or_vllm():
     assert set(rows) == expected
     for name, r in rows.items():
         assert r["heavy_imports"] == [], (name, r["heavy_imports"])
-        assert r["median_s"] > out["bare_python_s"] > 0
+        # Both timed (> 0); their order is not asserted: `--help` imports next to nothing, and on
+        # a loaded machine it once timed 0.048 s beside bare python's 0.051 s.
+        assert r["median_s"] > 0 and out["bare_python_s"] > 0
         print(f"{name}: {r['median_s']:.3f} s (bare python {out['bare_python_s']:.3f} s)")
     assert rows["scalerl --help"]["target_s"] == 0.5
     if "scalerl sandbox run (bwrap)" in rows:
