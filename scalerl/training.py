@@ -95,6 +95,20 @@ def build_policy(policy, model_path: str, accelerator):
     return module
 
 
+def check_head_dtype(policy, engine_dtype: str, on_gpu: bool) -> None:
+    """Without the FP32 head each side computes the LM head in its body's dtype (the trainer:
+    bf16 on GPU for `auto`, else `policy.dtype`; vLLM: `engine.dtype`): they must agree, or the
+    trainer's logprobs are not the sampler's (`policy`: the PolicyConfig)."""
+    if policy.fp32_head:
+        return
+    trainer = "bfloat16" if on_gpu and policy.dtype == "auto" else policy_dtype(policy.dtype)
+    if trainer != engine_dtype:
+        raise ConfigError(
+            f"policy.fp32_head = false computes the trainer's LM head in {trainer} but "
+            f"engine.dtype = {engine_dtype}: set engine.dtype = {trainer}, or policy.fp32_head = "
+            "true")
+
+
 def policy_dtype(dtype: str) -> str:
     """`auto`: float32 weights (bf16 autocast on GPU comes from the Accelerator)."""
     return "float32" if dtype == "auto" else dtype
@@ -168,6 +182,7 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
         with engine_env(placement):
             generator = start_generator(cfg, model_path, engine_log)
         check_precision_match(generator.fp32_head, cfg.policy.fp32_head)
+        check_head_dtype(cfg.policy, cfg.engine.dtype, accelerator.device.type == "cuda")
         publisher = make_publisher(cfg.engine.weight_transfer, generator)
     wait_for_rank0()  # the other ranks wait for the engine here, outside the collective timeout
     set_cpu_threads(cfg.policy.cpu_threads)  # after the engine starts: its processes keep theirs

@@ -76,6 +76,19 @@ class _ChunkedHead(torch.autograd.Function):
         return grad_h, grad_w, grad_b, None, None, None, None
 
 
+def head_dtype(h: Tensor, fp32: bool) -> torch.dtype:
+    """The dtype the head computes in: fp32 for the FP32 head; otherwise the body's compute dtype,
+    i.e. autocast's when autocast is on (DDP's bf16 on GPU: the final RMSNorm multiplies bf16
+    values by its fp32 master weight, so `h` arrives in fp32 although vLLM's bf16 engine computes
+    its head in bf16), else the hidden states' own dtype."""
+    if fp32:
+        return torch.float32
+    kind = h.device.type
+    if torch.is_autocast_enabled(kind):
+        return torch.get_autocast_dtype(kind)
+    return h.dtype
+
+
 def head_token_stats(h: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, *,
                      temperature: float = 1.0, fp32: bool = True,
                      chunk: int = 1024) -> tuple[Tensor, Tensor]:
@@ -83,12 +96,12 @@ def head_token_stats(h: Tensor, weight: Tensor, bias: Tensor | None, targets: Te
     for hidden states `h` of shape (..., H); both outputs have shape `h.shape[:-1]`, in fp32.
 
     `fp32`: the head runs in FP32 whatever the model's dtype (inputs, weight and bias are upcast
-    once, outside the chunk loop); otherwise in the hidden states' dtype. `chunk`: tokens per
-    chunk (the logits held at once are chunk x vocabulary fp32 values).
+    once, outside the chunk loop); otherwise in the body's compute dtype (`head_dtype`).
+    `chunk`: tokens per chunk (the logits held at once are chunk x vocabulary fp32 values).
     """
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1 token, got {chunk}")
-    dtype = torch.float32 if fp32 else h.dtype
+    dtype = head_dtype(h, fp32)
     shape = tuple(h.shape[:-1])
     flat = h.reshape(-1, h.shape[-1]).to(dtype)
     w = weight.to(dtype)
