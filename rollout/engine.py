@@ -27,7 +27,7 @@ from pathlib import Path
 from scalerl.rollout.base_generator import BaseGenerator, Sampled
 from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.model_files import model_dir
-from scalerl.rollout.vllm_worker import RELOAD_METHOD
+from scalerl.rollout.vllm_worker import ABORT_METHOD, RELOAD_METHOD
 from scalerl.rollout.weight_files import write_weights
 from scalerl.rollout.weights import (
     WeightsUnknownError,
@@ -241,9 +241,18 @@ class EngineGenerator(BaseGenerator):
             self._gate.set()
         self._call(go(), 2 * timeout_s, "resuming generation after a weight update")
 
-    def weight_sync_client(self) -> EngineSyncClient:
-        """vLLM's `VLLMWeightSyncClient` protocol over this engine (for the NCCL transport)."""
-        return EngineSyncClient(self)
+    def abort_weight_update(self, timeout_s: float = 60.0) -> None:
+        """After a failed NCCL update: end the workers' open reload, every layer that received
+        nothing back on its current weights (rollout/vllm_worker.py)."""
+        async def go():
+            await self._step(self._llm.collective_rpc(ABORT_METHOD, timeout=timeout_s),
+                             timeout_s, "ending a failed weight update")
+        self._call(go(), 2 * timeout_s, "ending a failed weight update")
+
+    def weight_sync_client(self, timeout_s: float = 600.0) -> EngineSyncClient:
+        """vLLM's `VLLMWeightSyncClient` protocol over this engine (for the NCCL transport);
+        each call gets `timeout_s` (the publisher's)."""
+        return EngineSyncClient(self, timeout_s=timeout_s)
 
     def weight_sync_group(self) -> tuple[str, int]:
         """The NCCL group of a weight transfer: the rendezvous address (this host) and the world
