@@ -141,7 +141,18 @@ class OffPolicyConfig:
     rollouts_per_prompt: int = 16
     """Rollouts (group size) per prompt (paper: 16)."""
     micro_batch_size: int = 16
-    """Completions per forward/backward; the step is exact whatever this is."""
+    """Completions per forward/backward when `micro_batch_tokens` is null; the step is exact
+    whatever this is."""
+    micro_batch_tokens: int | None = None
+    """Most tokens (prompt + completion) of one forward/backward: rows are packed end to end
+    without padding up to this many (a longer row gets a micro-batch of its own), and
+    `micro_batch_size` is not used. None: `micro_batch_size` right-padded rows. The step is
+    exact whatever this is; activation memory grows with it (`scalerl train --dry-run`)."""
+
+    def __post_init__(self) -> None:
+        if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
+            raise ValueError(f"OffPolicyConfig.micro_batch_tokens = {self.micro_batch_tokens}: "
+                             "must be >= 1 or null (micro_batch_size padded rows)")
 
 
 @dataclass(frozen=True)

@@ -306,7 +306,8 @@ def step_settings(cfg: TrainerConfig) -> StepSettings:
                                             "clip_high": loss.clip_high,
                                             "length_norm": loss.length_norm}),
         temperature=cfg.policy.temperature, fp32_head=cfg.policy.fp32_head,
-        max_grad_norm=cfg.optim.max_grad_norm)
+        max_grad_norm=cfg.optim.max_grad_norm,
+        micro_batch_tokens=cfg.offpolicy.micro_batch_tokens)
 
 
 def pad_id(tokenizer) -> int:

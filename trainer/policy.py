@@ -3,7 +3,8 @@
 Only completion positions go through the LM head, in chunks of tokens (trainer/head.py: the
 (tokens, vocabulary) logits are never held at once), and the head can run in FP32 whatever the
 model's dtype (the ScaleRL paper's FP32 fix, §3.2: the generator's head must run the same way).
-Logprobs are taken at the sampling temperature. `named_weights` gives the weights as the
+Logprobs are taken at the sampling temperature. Rows come right-padded, or packed end to end
+without padding (trainer/packing.py). `named_weights` gives the weights as the
 checkpoint files name them (full tensors even when sharded; a tied LM head once, under the
 embedding's name). Every tensor made here is placed on the device of the tensors it meets. No
 optimiser, no loss here.
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 
 from scalerl.trainer.head import head_token_stats
+from scalerl.trainer.packing import packed_positions
 
 Tensor = torch.Tensor
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -81,7 +83,8 @@ def token_stats(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, pro
     The head sees only completion positions, `chunk_tokens` at a time, in FP32 when `fp32_head`;
     logits are divided by `temperature` so logprobs match what the generator sampled from.
     """
-    hidden = _decoder(model)(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    hidden = _decoder(model)(input_ids=input_ids, attention_mask=attention_mask,
+                             use_cache=False).last_hidden_state
     positions = completion_positions(prompt_lens, completion_lens)  # (B, T)
     index = positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
     h = hidden.gather(1, index)  # (B, T, H)
@@ -91,6 +94,27 @@ def token_stats(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, pro
                                          temperature=temperature, fp32=fp32_head,
                                          chunk=chunk_tokens)
     return TokenStats(logprobs=logprobs, entropy=entropy)
+
+
+def packed_token_stats(model: nn.Module, input_ids: Tensor, position_ids: Tensor,
+                       prompt_lens: Tensor, completion_lens: Tensor, *, temperature: float = 1.0,
+                       fp32_head: bool = True, chunk_tokens: int = 1024) -> TokenStats:
+    """`token_stats` of rows packed end to end (trainer/packing.py `pack`): `input_ids` and
+    `position_ids` (1, N); the outputs are on the same (B, T) completion grid, 0 past each row's
+    completion. The head sees only the real completion tokens (no padded ones)."""
+    # use_cache=False: transformers 5 builds the per-row (block-diagonal) mask from the position
+    # ids only when no KV cache is passed, and a model's config asks for one by default
+    hidden = _decoder(model)(input_ids=input_ids, position_ids=position_ids,
+                             use_cache=False).last_hidden_state[0]
+    rows, cols, at = packed_positions(prompt_lens, completion_lens)
+    head = model.get_output_embeddings()
+    logprobs, entropy = head_token_stats(hidden[at], head.weight, getattr(head, "bias", None),
+                                         input_ids[0, at + 1], temperature=temperature,
+                                         fp32=fp32_head, chunk=chunk_tokens)
+    grid = (len(prompt_lens), int(completion_lens.max()))
+    zeros = torch.zeros(grid, dtype=logprobs.dtype, device=logprobs.device)
+    return TokenStats(logprobs=zeros.index_put((rows, cols), logprobs),
+                      entropy=zeros.index_put((rows, cols), entropy))
 
 
 class PolicyModule(nn.Module):
@@ -106,12 +130,19 @@ class PolicyModule(nn.Module):
         self.model = model
         self.chunk_tokens = chunk_tokens
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, prompt_lens: Tensor,
-                completion_lens: Tensor, temperature: float = 1.0,
-                fp32_head: bool = True) -> tuple[Tensor, Tensor]:
-        stats = token_stats(self.model, input_ids, attention_mask, prompt_lens, completion_lens,
-                            temperature=temperature, fp32_head=fp32_head,
-                            chunk_tokens=self.chunk_tokens)
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None, prompt_lens: Tensor,
+                completion_lens: Tensor, temperature: float = 1.0, fp32_head: bool = True,
+                position_ids: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Right-padded rows, or packed ones when `position_ids` is given (`input_ids` and
+        `position_ids` (1, N), no attention mask)."""
+        if position_ids is not None:
+            stats = packed_token_stats(self.model, input_ids, position_ids, prompt_lens,
+                                       completion_lens, temperature=temperature,
+                                       fp32_head=fp32_head, chunk_tokens=self.chunk_tokens)
+        else:
+            stats = token_stats(self.model, input_ids, attention_mask, prompt_lens,
+                                completion_lens, temperature=temperature, fp32_head=fp32_head,
+                                chunk_tokens=self.chunk_tokens)
         return stats.logprobs, stats.entropy
 
 
