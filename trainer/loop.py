@@ -36,6 +36,7 @@ from scalerl.trainer.config import TrainerConfig
 from scalerl.trainer.filters import ErrorWatch, Group, PromptRetirement
 from scalerl.trainer.losses import loss_kwargs
 from scalerl.trainer.metrics import ComputeClock, MetricsWriter, step_metrics, truncate_jsonl
+from scalerl.trainer.packing import use_varlen_attention
 from scalerl.trainer.pipeline_source import PipelineSource
 from scalerl.trainer.policy import PolicyModule, hf_model, named_weights
 from scalerl.trainer.publish import Publisher
@@ -137,6 +138,8 @@ def setup(cfg: TrainerConfig, model, tokenizer, generator, tasks: Mapping[str, T
     torch.manual_seed(cfg.seed)
     o = cfg.optim
     model = model if isinstance(model, PolicyModule) else PolicyModule(model)
+    if cfg.offpolicy.micro_batch_tokens is not None:  # packed rows: attend within each
+        use_varlen_attention(hf_model(model))
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,
                                   weight_decay=o.weight_decay)
     warmup = o.warmup_steps

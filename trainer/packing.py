@@ -3,10 +3,11 @@
 `token_micro_batches` cuts each rank's rows of the global batch into runs of consecutive rows
 whose sequences (prompt + completion) add up to at most `max_tokens` (a longer row gets a run of
 its own), the same number of runs on every rank. `pack` lays a run's rows end to end in one row
-of `sum(lengths)` tokens with position ids restarting at 0 for each, so transformers attends
-within each row only: through a block-diagonal causal mask with sdpa/eager (CPU), through
-varlen flash attention (`cu_seqlens` from the position ids) with `flash_attention_2` on GPU;
-no (rows, L, L) padding mask, no padded tokens. `packed_positions` says where each completion
+of `sum(lengths)` tokens with position ids restarting at 0 for each and the rows' boundaries
+(`cu_seqlens`), which transformers hands to the attention: varlen flash attention
+(`flash_attention_2`, on GPU when flash-attn is installed) or `varlen_sdpa` (registered as
+`scalerl_varlen`: SDPA's causal kernel on each row in turn, anywhere), so no (L, L) mask of any
+kind is built and no padded token is computed. `packed_positions` says where each completion
 token is predicted in the packed row. The loss is unchanged: its aggregation weights are global
 (trainer/batch.py), so any split sums to the same step. No model and no loss here.
 """
@@ -58,6 +59,19 @@ class Packed:
     input_ids: Tensor
     position_ids: Tensor
     """0, 1, ... from each row's first token."""
+    cu_seqlens: Tensor
+    """(B + 1,) int32: where each row starts in the packed row, then N."""
+    max_length: int
+    """The longest row."""
+
+    def attention_kwargs(self) -> dict:
+        """The keyword arguments a transformers decoder passes to a varlen attention: the rows'
+        boundaries, and an attention mask that tells it to build none (an (N, N) one would be
+        the block-diagonal mask the packing avoids)."""
+        return {"position_ids": self.position_ids, "cu_seq_lens_q": self.cu_seqlens,
+                "cu_seq_lens_k": self.cu_seqlens, "max_length_q": self.max_length,
+                "max_length_k": self.max_length,
+                "attention_mask": {"full_attention": None, "sliding_attention": None}}
 
 
 def pack(input_ids: Tensor, lengths: Tensor) -> Packed:
@@ -65,7 +79,57 @@ def pack(input_ids: Tensor, lengths: Tensor) -> Packed:
     width = input_ids.shape[1]
     keep = torch.arange(width, device=input_ids.device)[None, :] < lengths[:, None]  # (B, L)
     positions = torch.arange(width, device=input_ids.device).expand_as(input_ids)
-    return Packed(input_ids[keep][None, :], positions[keep][None, :])
+    cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=input_ids.device)
+    cu[1:] = torch.cumsum(lengths, 0)
+    return Packed(input_ids[keep][None, :], positions[keep][None, :], cu, int(lengths.max()))
+
+
+def boundaries(position_ids: Tensor) -> tuple[Tensor, int]:
+    """`cu_seqlens` and the longest row of a packed row from its position ids (1, N): each row
+    starts where a position is 0."""
+    flat = position_ids.reshape(-1)
+    starts = (flat == 0).nonzero().reshape(-1).to(torch.int32)
+    end = torch.tensor([flat.numel()], dtype=torch.int32, device=flat.device)
+    cu = torch.cat([starts, end])
+    return cu, int(cu.diff().max())
+
+
+VARLEN = "scalerl_varlen"
+"""The attention implementation name `varlen_sdpa` is registered under in transformers."""
+PACKED_ATTENTION = ("flash_attention_2", "flash_attention_3", VARLEN)
+"""Attention implementations that attend within each packed row (they read `cu_seq_lens_q`)."""
+
+
+def varlen_sdpa(module, query: Tensor, key: Tensor, value: Tensor, attention_mask,
+                dropout: float = 0.0, scaling: float | None = None, **kwargs):
+    """transformers' SDPA attention, on each packed row in turn when the call carries the rows'
+    boundaries (`cu_seq_lens_q`: causal within each, no mask), else exactly SDPA's.
+    `query` (1, heads, N, head_dim); returns (1, N, heads, head_dim) as SDPA's does."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    cu = kwargs.pop("cu_seq_lens_q", None)
+    if cu is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask,
+                                      dropout=dropout, scaling=scaling, **kwargs)
+    bounds = cu.tolist()
+    rows = [sdpa_attention_forward(module, query[:, :, a:b], key[:, :, a:b], value[:, :, a:b],
+                                   None, dropout=dropout, scaling=scaling, **kwargs)[0]
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return torch.cat(rows, dim=1), None
+
+
+def use_varlen_attention(model) -> None:
+    """Let a transformers model attend within packed rows: kept when it runs flash attention
+    (varlen already), else switched to `varlen_sdpa` (the same numbers as SDPA on padded rows,
+    whose mask it keeps)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    if model.config._attn_implementation in PACKED_ATTENTION:
+        return
+    AttentionInterface.register(VARLEN, varlen_sdpa)
+    AttentionMaskInterface.register(VARLEN, sdpa_mask)
+    model.set_attn_implementation(VARLEN)
 
 
 def packed_positions(prompt_lens: Tensor, completion_lens: Tensor

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from scalerl.trainer.head import head_token_stats
-from scalerl.trainer.packing import packed_positions
+from scalerl.trainer.packing import PACKED_ATTENTION, Packed, boundaries, packed_positions
 
 Tensor = torch.Tensor
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -102,10 +102,14 @@ def packed_token_stats(model: nn.Module, input_ids: Tensor, position_ids: Tensor
     """`token_stats` of rows packed end to end (trainer/packing.py `pack`): `input_ids` and
     `position_ids` (1, N); the outputs are on the same (B, T) completion grid, 0 past each row's
     completion. The head sees only the real completion tokens (no padded ones)."""
-    # use_cache=False: transformers 5 builds the per-row (block-diagonal) mask from the position
-    # ids only when no KV cache is passed, and a model's config asks for one by default
-    hidden = _decoder(model)(input_ids=input_ids, position_ids=position_ids,
-                             use_cache=False).last_hidden_state[0]
+    if model.config._attn_implementation not in PACKED_ATTENTION:
+        raise ValueError(f"packed rows need an attention that reads their boundaries "
+                         f"({', '.join(PACKED_ATTENTION)}), not "
+                         f"{model.config._attn_implementation!r}: call "
+                         "trainer.packing.use_varlen_attention(model) first")
+    packed = Packed(input_ids, position_ids, *boundaries(position_ids))
+    hidden = _decoder(model)(input_ids=input_ids, use_cache=False,
+                             **packed.attention_kwargs()).last_hidden_state[0]
     rows, cols, at = packed_positions(prompt_lens, completion_lens)
     head = model.get_output_embeddings()
     logprobs, entropy = head_token_stats(hidden[at], head.weight, getattr(head, "bias", None),

@@ -51,15 +51,19 @@ def shard_rows(n_rows: int, rank: int, world: int, micro_batch_size: int,
     return [mine[i * micro_batch_size:(i + 1) * micro_batch_size] for i in range(n_micro)]
 
 
+def _forward(model, mb: TrainBatch, s: StepSettings) -> tuple[Tensor, Tensor]:
+    """(B, T) logprobs and entropies of one micro-batch: its padded rows, or packed ones."""
+    if s.micro_batch_tokens is None:
+        return model(mb.input_ids, mb.attention_mask, mb.prompt_lens, mb.completion_lens,
+                     s.temperature, s.fp32_head)
+    packed = pack(mb.input_ids, mb.prompt_lens + mb.completion_lens)
+    return model(packed.input_ids, None, mb.prompt_lens, mb.completion_lens, s.temperature,
+                 s.fp32_head, packed.position_ids)
+
+
 def _micro_loss(model, mb: TrainBatch, s: StepSettings) -> tuple[Tensor, dict[str, Tensor]]:
     """Weighted loss of one micro-batch and its per-token statistic sums."""
-    if s.micro_batch_tokens is None:
-        logprobs, entropy = model(mb.input_ids, mb.attention_mask, mb.prompt_lens,
-                                  mb.completion_lens, s.temperature, s.fp32_head)
-    else:
-        packed = pack(mb.input_ids, mb.prompt_lens + mb.completion_lens)
-        logprobs, entropy = model(packed.input_ids, None, mb.prompt_lens, mb.completion_lens,
-                                  s.temperature, s.fp32_head, packed.position_ids)
+    logprobs, entropy = _forward(model, mb, s)
     spec = get_loss(s.loss)
     per_token, loss_stats = spec.fn(logprobs, mb.old_logprobs, mb.advantages, mb.mask,
                                     **s.loss_kwargs)

@@ -2,7 +2,6 @@
 the padded rows' logprobs and gradients (fp32, rows of very different lengths); a step is the
 same whatever the token budget, and the same as with padded micro-batches."""
 
-import dataclasses
 import random
 
 import pytest
@@ -14,7 +13,12 @@ from scalerl.envs.base import Score
 from scalerl.rollout.types import Rollout
 from scalerl.trainer.batch import collate
 from scalerl.trainer.losses import loss_kwargs
-from scalerl.trainer.packing import pack, packed_positions, token_micro_batches
+from scalerl.trainer.packing import (
+    pack,
+    packed_positions,
+    token_micro_batches,
+    use_varlen_attention,
+)
 from scalerl.trainer.policy import PolicyModule, packed_token_stats, token_stats
 from scalerl.trainer.step import StepSettings, train_step
 
@@ -36,6 +40,7 @@ def test_packing_lays_rows_end_to_end_with_positions_restarting():
     packed = pack(ids, torch.tensor([3, 2]))
     assert packed.input_ids.tolist() == [[5, 6, 7, 8, 9]]
     assert packed.position_ids.tolist() == [[0, 1, 2, 0, 1]]
+    assert packed.cu_seqlens.tolist() == [0, 3, 5] and packed.max_length == 3
     # row 0: prompt 2, completion 1 (token 7, predicted at 1); row 1: prompt 1, completion 1
     rows, cols, at = packed_positions(torch.tensor([2, 1]), torch.tensor([1, 1]))
     assert (rows.tolist(), cols.tolist(), at.tolist()) == ([0, 1], [0, 0], [1, 3])
@@ -73,6 +78,7 @@ def batch_of(groups):
 def test_packed_rows_give_the_padded_rows_logprobs_and_gradients():
     batch = batch_of(groups_of_lengths(SPREAD))
     model = tiny_qwen2(seed=3)
+    use_varlen_attention(model)  # SDPA itself on the padded rows
     weights = torch.randn(batch.mask.shape, generator=torch.Generator().manual_seed(0))
     results = []
     for packed in (False, True):
@@ -98,8 +104,15 @@ def settings(micro_batch_size=64, micro_batch_tokens=None):
                         max_grad_norm=None, micro_batch_tokens=micro_batch_tokens)
 
 
-def step_result(batch, s: StepSettings):
-    model = PolicyModule(tiny_qwen2(seed=1))
+def step_result(batch, s: StepSettings, checkpointing: bool = False):
+    from scalerl.trainer.policy import enable_gradient_checkpointing
+
+    model = tiny_qwen2(seed=1)
+    if checkpointing:
+        enable_gradient_checkpointing(model)
+    if s.micro_batch_tokens is not None:
+        use_varlen_attention(model)
+    model = PolicyModule(model)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
     accelerator = Accelerator(cpu=True)
@@ -118,9 +131,17 @@ def test_a_step_by_tokens_is_the_step_of_one_padded_batch(budget):
     assert stats["train_tokens"] == base["train_tokens"]
 
 
-def test_an_empty_micro_batch_of_a_rank_trains_nothing():
-    batch = batch_of(groups_of_lengths(SPREAD[:1]))
-    one = dataclasses.replace(batch)
-    w, stats = step_result(one, settings(micro_batch_tokens=1))
-    base_w, base = step_result(one, settings())
-    torch.testing.assert_close(w, base_w, rtol=1e-5, atol=1e-6)
+def test_packed_rows_recomputed_by_gradient_checkpointing_give_the_same_step():
+    # the backward recomputes each layer: it must see the rows' boundaries again
+    batch = batch_of(groups_of_lengths(SPREAD))
+    w, _ = step_result(batch, settings(micro_batch_tokens=120))
+    w_ckpt, _ = step_result(batch, settings(micro_batch_tokens=120), checkpointing=True)
+    torch.testing.assert_close(w_ckpt, w, rtol=1e-5, atol=1e-6)
+
+
+def test_packed_rows_are_refused_by_an_attention_that_would_mix_them():
+    model = tiny_qwen2()
+    p = pack(torch.tensor([[5, 6, 7], [8, 9, 0]]), torch.tensor([3, 2]))
+    with pytest.raises(ValueError, match="not 'sdpa': call trainer.packing.use_varlen_attention"):
+        packed_token_stats(model, p.input_ids, p.position_ids, torch.tensor([2, 1]),
+                           torch.tensor([1, 1]))
