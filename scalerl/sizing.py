@@ -161,3 +161,46 @@ def describe(parts: dict[str, int]) -> str:
     """`14.2 GiB (weights 5.0 + kv_cache 8.0 + runtime 1.2)`."""
     inner = " + ".join(f"{name} {gib(v):.1f}" for name, v in parts.items())
     return f"{gib(parts):.1f} GiB ({inner})"
+
+
+def trainer_layout(cfg, ranks: int) -> TrainerLayout:
+    """The TrainerLayout of run config `cfg` (a RunConfig) over `ranks` trainer processes: a
+    micro-batch holds `offpolicy.micro_batch_tokens` tokens, or else `micro_batch_size` rows
+    padded to the longest sequence (`engine.max_model_len`)."""
+    p, o = cfg.policy, cfg.offpolicy
+    packed = o.micro_batch_tokens is not None
+    return TrainerLayout(
+        ranks=ranks, sharded=p.sharding == "fsdp2", dtype=p.dtype, fp32_head=p.fp32_head,
+        checkpointing=p.gradient_checkpointing, logit_chunk_tokens=p.logit_chunk_tokens,
+        micro_tokens=o.micro_batch_tokens if packed else o.micro_batch_size
+        * cfg.engine.max_model_len, padded_rows=0 if packed else o.micro_batch_size)
+
+
+def shared_engine_fraction(gpu: str, total: int, trainer: dict[str, int],
+                           engine: dict[str, int]) -> float:
+    """The engine's `gpu_memory_utilization` on GPU `gpu` (`total` bytes) shared with a trainer
+    rank: its own need over the total, not a share of the whole GPU. vLLM 0.32 refuses to start
+    when free memory < utilization x total, and the trainer holds `trainer` of it
+    (PlacementError, one line with the numbers, when both cannot fit)."""
+    from scalerl.placement import PlacementError
+
+    if sum(trainer.values()) + sum(engine.values()) > total:
+        raise PlacementError(
+            f"GPU {gpu} is shared by a trainer rank and the vLLM engine, which do not fit its "
+            f"{gib(total):.1f} GiB: the trainer needs {describe(trainer)} and the engine "
+            f"{describe(engine)}; lower engine.kv_cache_gib or offpolicy.micro_batch_tokens, "
+            "or give the engine GPUs of its own (engine.devices, fewer ranks per node)")
+    return min(1.0, sum(engine.values()) / total)
+
+
+def check_engine_room(gpu: str, free: int, total: int, fraction: float) -> None:
+    """Before the engine starts on a shared GPU: PlacementError (one line) unless the free
+    memory covers what vLLM will ask for (`fraction` x `total`), as vLLM's own check does."""
+    from scalerl.placement import PlacementError
+
+    need = fraction * total
+    if free < need:
+        raise PlacementError(
+            f"GPU {gpu}: {gib(free):.1f} of {gib(total):.1f} GiB free with the trainer on it, but "
+            f"the vLLM engine needs {gib(int(need)):.1f} GiB (engine.memory_fraction "
+            f"{fraction:.3f}); lower engine.kv_cache_gib, or give the engine GPUs of its own")

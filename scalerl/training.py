@@ -79,14 +79,59 @@ def place_gpus(cfg: RunConfig) -> Placement | None:
     return placement
 
 
-def build_policy(policy, model_path: str, accelerator):
+def share_gpu(cfg: RunConfig, placement: Placement, model_path: str, ranks: int) -> RunConfig:
+    """`cfg` with the engine's memory fraction sized for the GPU it shares with trainer rank 0
+    (its weights + KV cache + its runtime, over the GPU's total; scalerl/sizing.py), refused in
+    one line when the trainer's estimate and the engine's cannot both fit."""
+    import dataclasses
+
+    import torch
+
+    from scalerl.sizing import (
+        engine_memory,
+        model_shape,
+        shared_engine_fraction,
+        trainer_layout,
+        trainer_memory,
+    )
+
+    gpu = placement.shared[0]
+    _, total = torch.cuda.mem_get_info(placement.train.index(gpu))
+    shape, e = model_shape(model_path), cfg.engine
+    engine = engine_memory(shape, dtype=e.dtype, kv_gib=e.kv_cache_gib, tp=e.tensor_parallel_size)
+    trainer = trainer_memory(shape, trainer_layout(cfg, ranks))
+    fraction = shared_engine_fraction(gpu, total, trainer, engine)
+    print(f"placement: GPU {gpu} is shared: engine.memory_fraction {e.memory_fraction} -> "
+          f"{fraction:.3f} (the engine's own {fraction * total / 2**30:.1f} GiB)", file=sys.stderr)
+    return dataclasses.replace(cfg, engine=dataclasses.replace(e, memory_fraction=fraction))
+
+
+def room_for_engine(engine, placement: Placement) -> None:
+    """With the policy on the shared GPU: the free memory must cover the engine's request."""
+    import torch
+
+    from scalerl.sizing import check_engine_room
+
+    gpu = placement.shared[0]
+    free, total = torch.cuda.mem_get_info(placement.train.index(gpu))
+    check_engine_room(gpu, free, total, engine.memory_fraction)
+
+
+def build_policy(policy, model_path: str, accelerator, *, packed: bool = False):
     """The PolicyModule the loop trains (`policy`: the PolicyConfig): loaded, with gradient
-    checkpointing and the LM-head chunk size, sharded by FSDP2 when `policy.sharding: fsdp2`."""
+    checkpointing and the LM-head chunk size, sharded by FSDP2 when `policy.sharding: fsdp2`.
+    `packed` (offpolicy.micro_batch_tokens): flash attention's varlen kernel on a GPU that has
+    flash-attn (else the trainer's own varlen SDPA, trainer/packing.py)."""
+    import importlib.util
+
     from scalerl.trainer.policy import PolicyModule, load_policy
     from scalerl.trainer.sharding import shard_policy
 
+    flash = (packed and accelerator.device.type == "cuda"
+             and importlib.util.find_spec("flash_attn") is not None)
     model = load_policy(model_path, policy_dtype(policy.dtype),
-                        gradient_checkpointing=policy.gradient_checkpointing)
+                        gradient_checkpointing=policy.gradient_checkpointing,
+                        attention="flash_attention_2" if flash else None)
     module = PolicyModule(model, chunk_tokens=policy.logit_chunk_tokens)
     if policy.sharding == "fsdp2":
         on_gpu = accelerator.device.type == "cuda"
@@ -170,7 +215,10 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
         import torch
 
         torch.cuda.init()
-    policy = build_policy(cfg.policy, model_path, accelerator)
+        if placement.shared and accelerator.is_main_process:  # before the policy is there
+            cfg = share_gpu(cfg, placement, model_path, accelerator.num_processes)
+    policy = build_policy(cfg.policy, model_path, accelerator,
+                          packed=cfg.offpolicy.micro_batch_tokens is not None)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     tasks = {t.name: TrainTask(get_task(t.name), t.budget, t.weight) for t in cfg.tasks}
     generator = publisher = None
@@ -179,6 +227,8 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
               file=sys.stderr)
         if placement is not None:
             print(placement.describe(), file=sys.stderr)
+        if placement is not None and placement.shared:
+            room_for_engine(cfg.engine, placement)
         with engine_env(placement):
             generator = start_generator(cfg, model_path, engine_log)
         check_precision_match(generator.fp32_head, cfg.policy.fp32_head)

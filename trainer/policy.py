@@ -33,15 +33,17 @@ class TokenStats:
     entropy: Tensor
 
 
-def load_policy(path: str, dtype: str = "float32", *,
-                gradient_checkpointing: bool = False) -> nn.Module:
+def load_policy(path: str, dtype: str = "float32", *, gradient_checkpointing: bool = False,
+                attention: str | None = None) -> nn.Module:
     """Load a causal LM from a local path or hub name, in `dtype` (float32 | bfloat16 | float16);
-    `gradient_checkpointing` recomputes each decoder layer's activations in the backward."""
+    `gradient_checkpointing` recomputes each decoder layer's activations in the backward;
+    `attention`: transformers' attn_implementation (None: its default, SDPA)."""
     from transformers import AutoModelForCausalLM
 
     if dtype not in DTYPES:
         raise ValueError(f"policy dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+    extra = {} if attention is None else {"attn_implementation": attention}
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], **extra)
     if gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return model
