@@ -19,7 +19,6 @@ import gc
 import itertools
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -28,13 +27,14 @@ from scalerl.rollout.base_generator import BaseGenerator, Sampled
 from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.vllm_worker import ABORT_METHOD, RELOAD_METHOD
-from scalerl.rollout.weight_files import write_weights
+from scalerl.rollout.weight_files import staging_dir, write_weights
 from scalerl.rollout.weights import (
     WeightsUnknownError,
     WeightUpdateError,
     checked_tensors,
     checkpoint_shapes,
     expand_versions,
+    weights_bytes,
 )
 
 RESUME_TIMEOUT_S = 30.0
@@ -55,7 +55,8 @@ class EngineGenerator(BaseGenerator):
         self._live: dict[str, list[tuple[int, int]]] = {}
         self._ids = itertools.count()
         self._user_paused = False
-        self._weights_root = Path(self.config.weights_dir or tempfile.gettempdir()) / (
+        self._weights_root = staging_dir(self.config.weights_dir, weights_bytes(
+            self.model_path, self.config.dtype)) / (
             f"scalerl-weights-{os.getpid()}-{id(self):x}")
         self._loaded_dir = model_dir(self.model_path)
         """The files of the weights now loaded (the model itself until the first update)."""

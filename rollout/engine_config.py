@@ -59,8 +59,9 @@ class EngineConfig:
     in place; CPU and GPU) or `nccl` (vLLM's NCCL weight transfer, GPUs only: the engine must
     not share a GPU with trainer rank 0)."""
     weights_dir: str | None = None
-    """Where new policy weights are staged for the engine to reload (None: the system's temp
-    dir). Servers on other machines need a directory they can read (shared storage)."""
+    """Where new policy weights are staged for the engine to reload (None: /dev/shm when it has
+    room for two versions of them, else the system's temp dir). Servers on other machines need
+    a directory they can read (shared storage)."""
     servers: tuple[str, ...] = ()
     """URLs of vLLM servers to generate on (`scalerl serve`), e.g. `http://10.0.0.5:8000`;
     empty: one engine in this process. Requests go to the server with the least outstanding

@@ -27,7 +27,6 @@ import asyncio
 import os
 import shutil
 import socket
-import tempfile
 import time
 import uuid
 from collections.abc import Iterable
@@ -39,9 +38,14 @@ from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.server_pool import RequestRejected, Server, ServerError, ServerPool
 from scalerl.rollout.vllm_worker import ABORT_METHOD, RELOAD_METHOD
-from scalerl.rollout.weight_files import write_weights
+from scalerl.rollout.weight_files import staging_dir, write_weights
 from scalerl.rollout.weight_sync import ServersSyncClient
-from scalerl.rollout.weights import WeightUpdateError, checked_tensors, checkpoint_shapes
+from scalerl.rollout.weights import (
+    WeightUpdateError,
+    checked_tensors,
+    checkpoint_shapes,
+    weights_bytes,
+)
 
 
 def span_versions(spans: list[dict] | None, n: int, url: str) -> list[int]:
@@ -73,7 +77,8 @@ class ServerGenerator(BaseGenerator):
         self._salt = uuid.uuid4().hex[:8]
         """This client's part of every cache salt: blocks cached for another client (e.g.
         another checkpoint on the same server) are never reused."""
-        self._weights_root = Path(config.weights_dir or tempfile.gettempdir()) / (
+        self._weights_root = staging_dir(config.weights_dir, weights_bytes(
+            self.model_path, config.dtype)) / (
             f"scalerl-weights-{os.getpid()}-{id(self):x}")
         self._model_dir = model_dir(self.model_path)
         """The model's files (a hub id's cached snapshot): the servers must read them too."""
