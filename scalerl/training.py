@@ -125,18 +125,27 @@ def build_policy(policy, model_path: str, accelerator, *, packed: bool = False):
     import importlib.util
 
     from scalerl.trainer.policy import PolicyModule, load_policy
-    from scalerl.trainer.sharding import shard_policy
+    from scalerl.trainer.sharding import fill_from_rank0, shard_policy
 
     flash = (packed and accelerator.device.type == "cuda"
              and importlib.util.find_spec("flash_attn") is not None)
+    sharded = policy.sharding == "fsdp2"
+    # sharded over several ranks: only rank 0 reads the weights; the others build on meta
+    # and receive their shards (not 7 host copies of a 32 GB fp32 model for 8B)
     model = load_policy(model_path, policy_dtype(policy.dtype),
                         gradient_checkpointing=policy.gradient_checkpointing,
-                        attention="flash_attention_2" if flash else None)
+                        attention="flash_attention_2" if flash else None,
+                        meta=sharded and not accelerator.is_main_process)
     module = PolicyModule(model, chunk_tokens=policy.logit_chunk_tokens)
-    if policy.sharding == "fsdp2":
+    if sharded:
+        several = accelerator.num_processes > 1
+        full = model.state_dict() if several and accelerator.is_main_process else None
         on_gpu = accelerator.device.type == "cuda"
         shard_policy(module, accelerator.device, bf16=on_gpu and policy.dtype == "auto",
                      fp32_head=policy.fp32_head)
+        if several:
+            fill_from_rank0(module, accelerator.device, full)
+            del full
     return module
 
 

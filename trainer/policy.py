@@ -34,16 +34,22 @@ class TokenStats:
 
 
 def load_policy(path: str, dtype: str = "float32", *, gradient_checkpointing: bool = False,
-                attention: str | None = None) -> nn.Module:
+                attention: str | None = None, meta: bool = False) -> nn.Module:
     """Load a causal LM from a local path or hub name, in `dtype` (float32 | bfloat16 | float16);
     `gradient_checkpointing` recomputes each decoder layer's activations in the backward;
-    `attention`: transformers' attn_implementation (None: its default, SDPA)."""
-    from transformers import AutoModelForCausalLM
+    `attention`: transformers' attn_implementation (None: its default, SDPA); `meta`: built on
+    the meta device from its config alone, no weights read (they come from another rank)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     if dtype not in DTYPES:
         raise ValueError(f"policy dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     extra = {} if attention is None else {"attn_implementation": attention}
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], **extra)
+    if meta:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path),
+                                                     dtype=DTYPES[dtype], **extra)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], **extra)
     if gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return model

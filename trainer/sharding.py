@@ -6,6 +6,7 @@ final norm and LM head are gathered once per forward and the layers one at a tim
 layers compute in bf16 (parameters all-gathered in bf16, gradients reduced in fp32); the root
 keeps its parameters' dtype, so the FP32 LM head stays FP32. `gather_weights` gives rank 0 the
 full weights for publishing (in the publisher's form) and for the Hugging Face checkpoint;
+`fill_from_rank0` gives every rank its shards of rank 0's weights when only rank 0 loaded them;
 `state_bytes_per_param` and `memory_line` state what the trainer holds per parameter.
 
 Accelerate is not used for sharding: 1.15 enables its FSDP plugin only on GPU-like devices (with
@@ -62,6 +63,26 @@ def shard_policy(policy: nn.Module, device: torch.device, *, bf16: bool,
     fully_shard(policy, mesh=mesh, mp_policy=low if bf16 and not fp32_head
                 else MixedPrecisionPolicy())
     return policy
+
+
+def fill_from_rank0(policy: nn.Module, device: torch.device,
+                    full: dict[str, Tensor] | None) -> None:
+    """After `shard_policy`: every rank's shards get rank 0's weights, `full` (the Hugging Face
+    model's state dict taken on rank 0 before sharding; None on the others). Ranks other than 0
+    may have built the model on `meta` (no weights read, no host copy of the whole model): they
+    are materialized on `device` first. Rank 0 broadcasts the tensors one by one (torch's
+    `set_model_state_dict`, broadcast_from_rank0), then every buffer (non-persistent ones such
+    as RoPE's inv_freq are in no state dict). Every rank calls this together."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    model = hf_model(policy)
+    main = dist.get_rank() == 0
+    if not main:
+        policy.to_empty(device=device)
+    set_model_state_dict(model, full if main else {}, options=StateDictOptions(full_state_dict=True,
+                                                                broadcast_from_rank0=True))
+    for buffer in model.buffers():
+        dist.broadcast(buffer, src=0)
 
 
 def is_sharded(module: nn.Module) -> bool:
