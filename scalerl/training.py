@@ -136,7 +136,8 @@ def build_policy(policy, model_path: str, accelerator, *, packed: bool = False):
                         gradient_checkpointing=policy.gradient_checkpointing,
                         attention="flash_attention_2" if flash else None,
                         meta=sharded and not accelerator.is_main_process)
-    module = PolicyModule(model, chunk_tokens=policy.logit_chunk_tokens)
+    module = PolicyModule(model, chunk_tokens=policy.logit_chunk_tokens,
+                          head_operands=policy.head_operands)
     if sharded:
         several = accelerator.num_processes > 1
         full = model.state_dict() if several and accelerator.is_main_process else None

@@ -27,6 +27,12 @@ class PolicyConfig:
     fp32_head: bool = True
     """Compute the LM head in FP32, in the trainer and in the generator alike (the paper's FP32
     fix, §3.2); the engine is started with the same setting."""
+    head_operands: Literal["float32", "bfloat16"] = "float32"
+    """The FP32 head's operands. `float32`: the hidden states and the fp32 master head weight
+    as they are (a full fp32 matmul; slow on GPUs, where TF32 is off). `bfloat16`: both rounded
+    to bf16, the products accumulated and returned in fp32: vLLM 0.32's FP32 head with a bf16
+    engine (`torch.mm(bf16, bf16, out_dtype=float32)`), the sampler's own computation. Set it to
+    engine.dtype; the mismatch KL of each is in docs/gpu.md. Unused without `fp32_head`."""
     temperature: float = 1.0
     """Sampling temperature; trainer logprobs are taken at the same temperature."""
     cpu_threads: int | None = 1

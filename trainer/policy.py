@@ -85,7 +85,7 @@ def completion_positions(prompt_lens: Tensor, completion_lens: Tensor) -> Tensor
 
 def token_stats(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, prompt_lens: Tensor,
                 completion_lens: Tensor, *, temperature: float = 1.0, fp32_head: bool = True,
-                chunk_tokens: int = 1024) -> TokenStats:
+                chunk_tokens: int = 1024, head_operands: str = "float32") -> TokenStats:
     """Logprobs and entropies of the completion tokens of right-padded `input_ids` (B, L).
 
     The head sees only completion positions, `chunk_tokens` at a time, in FP32 when `fp32_head`;
@@ -100,13 +100,14 @@ def token_stats(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, pro
     targets = input_ids.gather(1, (positions + 1).clamp(max=input_ids.shape[1] - 1))
     logprobs, entropy = head_token_stats(h, head.weight, getattr(head, "bias", None), targets,
                                          temperature=temperature, fp32=fp32_head,
-                                         chunk=chunk_tokens)
+                                         chunk=chunk_tokens, operands=DTYPES[head_operands])
     return TokenStats(logprobs=logprobs, entropy=entropy)
 
 
 def packed_token_stats(model: nn.Module, input_ids: Tensor, position_ids: Tensor,
                        prompt_lens: Tensor, completion_lens: Tensor, *, temperature: float = 1.0,
-                       fp32_head: bool = True, chunk_tokens: int = 1024) -> TokenStats:
+                       fp32_head: bool = True, chunk_tokens: int = 1024,
+                       head_operands: str = "float32") -> TokenStats:
     """`token_stats` of rows packed end to end (trainer/packing.py `pack`): `input_ids` and
     `position_ids` (1, N); the outputs are on the same (B, T) completion grid, 0 past each row's
     completion. The head sees only the real completion tokens (no padded ones)."""
@@ -122,7 +123,8 @@ def packed_token_stats(model: nn.Module, input_ids: Tensor, position_ids: Tensor
     head = model.get_output_embeddings()
     logprobs, entropy = head_token_stats(hidden[at], head.weight, getattr(head, "bias", None),
                                          input_ids[0, at + 1], temperature=temperature,
-                                         fp32=fp32_head, chunk=chunk_tokens)
+                                         fp32=fp32_head, chunk=chunk_tokens,
+                                         operands=DTYPES[head_operands])
     grid = (len(prompt_lens), int(completion_lens.max()))
     zeros = torch.zeros(grid, dtype=logprobs.dtype, device=logprobs.device)
     return TokenStats(logprobs=zeros.index_put((rows, cols), logprobs),
@@ -134,13 +136,18 @@ class PolicyModule(nn.Module):
 
     DDP/FSDP hook into `forward`, so the trainer wraps (or shards) this module, not the bare LM;
     `.model` is the Hugging Face model (saving, weight sync). `chunk_tokens`: completion tokens
-    the LM head processes at once.
+    the LM head processes at once; `head_operands`: the FP32 head's operand dtype
+    (`policy.head_operands`).
     """
 
-    def __init__(self, model: nn.Module, chunk_tokens: int = 1024):
+    def __init__(self, model: nn.Module, chunk_tokens: int = 1024,
+                 head_operands: str = "float32"):
         super().__init__()
+        if head_operands not in DTYPES:
+            raise ValueError(f"head_operands {head_operands!r}: one of {', '.join(DTYPES)}")
         self.model = model
         self.chunk_tokens = chunk_tokens
+        self.head_operands = head_operands
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None, prompt_lens: Tensor,
                 completion_lens: Tensor, temperature: float = 1.0, fp32_head: bool = True,
@@ -150,11 +157,12 @@ class PolicyModule(nn.Module):
         if position_ids is not None:
             stats = packed_token_stats(self.model, input_ids, position_ids, prompt_lens,
                                        completion_lens, temperature=temperature,
-                                       fp32_head=fp32_head, chunk_tokens=self.chunk_tokens)
+                                       fp32_head=fp32_head, chunk_tokens=self.chunk_tokens,
+                                       head_operands=self.head_operands)
         else:
             stats = token_stats(self.model, input_ids, attention_mask, prompt_lens,
                                 completion_lens, temperature=temperature, fp32_head=fp32_head,
-                                chunk_tokens=self.chunk_tokens)
+                                chunk_tokens=self.chunk_tokens, head_operands=self.head_operands)
         return stats.logprobs, stats.entropy
 
 
