@@ -209,11 +209,7 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
     from transformers import AutoTokenizer
 
     from scalerl.envs.catalog import get_task
-    from scalerl.placement import engine_env
-    from scalerl.rollout.weights import check_precision_match
     from scalerl.trainer.loop import TrainTask, train
-    from scalerl.trainer.publish import make_publisher
-    from scalerl.trainer.sharding import memory_line
     from scalerl.trainer.waiting import init_waiting, wait_for_rank0
 
     apply_sandbox(cfg)
@@ -233,17 +229,8 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
     tasks = {t.name: TrainTask(get_task(t.name), t.budget, t.weight) for t in cfg.tasks}
     generator = publisher = None
     if accelerator.is_main_process:
-        print(memory_line(policy, accelerator.num_processes, cfg.policy.sharding == "fsdp2"),
-              file=sys.stderr)
-        if placement is not None:
-            print(placement.describe(), file=sys.stderr)
-        if placement is not None and placement.shared:
-            room_for_engine(cfg.engine, placement)
-        with engine_env(placement):
-            generator = start_generator(cfg, model_path, engine_log)
-        check_precision_match(generator.fp32_head, cfg.policy.fp32_head)
-        check_head_dtype(cfg.policy, cfg.engine.dtype, accelerator.device.type == "cuda")
-        publisher = make_publisher(cfg.engine.weight_transfer, generator)
+        generator, publisher = start_rank0(cfg, policy, placement, accelerator, model_path,
+                                           engine_log)
     wait_for_rank0()  # the other ranks wait for the engine here, outside the collective timeout
     set_cpu_threads(cfg.policy.cpu_threads)  # after the engine starts: its processes keep theirs
     devices = None if placement is None else placement.held(accelerator.num_processes)
@@ -258,6 +245,28 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
         if generator is not None:
             generator.close()
     return run if accelerator.is_main_process else None
+
+
+def start_rank0(cfg: RunConfig, policy, placement: Placement | None, accelerator,
+                model_path: str, engine_log: Path | None):
+    """Rank 0: print the start-up facts, start the generator (on a shared GPU once the free
+    memory covers it), check both sides' LM head, and make the publisher."""
+    from scalerl.placement import engine_env
+    from scalerl.rollout.weights import check_precision_match
+    from scalerl.trainer.publish import make_publisher
+    from scalerl.trainer.sharding import memory_line
+
+    print(memory_line(policy, accelerator.num_processes, cfg.policy.sharding == "fsdp2"),
+          file=sys.stderr)
+    if placement is not None:
+        print(placement.describe(), file=sys.stderr)
+        if placement.shared:
+            room_for_engine(cfg.engine, placement)
+    with engine_env(placement):
+        generator = start_generator(cfg, model_path, engine_log)
+    check_precision_match(generator.fp32_head, cfg.policy.fp32_head)
+    check_head_dtype(cfg.policy, cfg.engine.dtype, accelerator.device.type == "cuda")
+    return generator, make_publisher(cfg.engine.weight_transfer, generator)
 
 
 def set_cpu_threads(threads: int | None) -> None:

@@ -186,11 +186,10 @@ def measure_step(shape: Shape, *, device: str, chunk: int | None, steps: int = 3
     from accelerate import Accelerator
     from transformers import Qwen2ForCausalLM
 
-    from scalerl.trainer.losses import loss_kwargs
     from scalerl.trainer.packing import use_varlen_attention
     from scalerl.trainer.policy import PolicyModule, enable_gradient_checkpointing
     from scalerl.trainer.sharding import shard_policy
-    from scalerl.trainer.step import StepSettings, train_step
+    from scalerl.trainer.step import train_step
 
     on_gpu = device == "cuda"
     # bf16 autocast reaches the model only through `prepare`, which a sharded policy skips
@@ -211,11 +210,7 @@ def measure_step(shape: Shape, *, device: str, chunk: int | None, steps: int = 3
     if not sharded:
         policy, optimizer = accelerator.prepare(policy, optimizer)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    batch = random_batch(shape) if rows == "full" else spread_batch(shape)
-    settings = StepSettings(loss="cispo", loss_kwargs=loss_kwargs("cispo", {}),
-                            micro_batch_size=shape.batch, temperature=1.0, fp32_head=True,
-                            max_grad_norm=1.0, micro_batch_tokens=batch.num_tokens
-                            if rows == "packed" else None)
+    batch, settings = bench_batch(shape, rows)
     extra = {} if rows == "full" else {"logprobs": first_logprobs(policy, batch, settings)}
     first = train_step(accelerator, policy, optimizer, scheduler, batch, settings)
     memory = _Memory(accelerator.device)
@@ -230,6 +225,19 @@ def measure_step(shape: Shape, *, device: str, chunk: int | None, steps: int = 3
     params = sum(p.numel() for p in model.parameters())
     return {"peak_mib": peak, "total_peak_mib": total, "tokens_per_s": batch.num_tokens / seconds,
             "step_s": seconds, "first_loss": first["loss"], "params": params, **extra}
+
+
+def bench_batch(shape: Shape, rows: str):
+    """The batch of `measure_step`'s `rows` and the step's settings: one micro-batch of all of
+    it (CISPO, FP32 head, clipping at 1), padded rows or, for `packed`, its tokens end to end."""
+    from scalerl.trainer.losses import loss_kwargs
+    from scalerl.trainer.step import StepSettings
+
+    batch = random_batch(shape) if rows == "full" else spread_batch(shape)
+    return batch, StepSettings(loss="cispo", loss_kwargs=loss_kwargs("cispo", {}),
+                               micro_batch_size=shape.batch, temperature=1.0, fp32_head=True,
+                               max_grad_norm=1.0, micro_batch_tokens=batch.num_tokens
+                               if rows == "packed" else None)
 
 
 def first_logprobs(policy, batch, settings) -> list[list[float]]:
