@@ -160,7 +160,12 @@ def config_dir(model: str) -> str:
         return model
     from huggingface_hub import hf_hub_download
 
-    return str(Path(hf_hub_download(model, "config.json")).parent)
+    try:
+        return str(Path(hf_hub_download(model, "config.json")).parent)
+    except Exception as e:  # noqa: BLE001 - offline, no such repository, no network: one line
+        raise ValueError(f"policy.model = {model!r}: no local directory, and its config.json "
+                         f"could not be fetched or found in the Hugging Face cache "
+                         f"({type(e).__name__}); give a directory holding config.json") from e
 
 
 def table(run: DryRun) -> list[str]:

@@ -122,3 +122,11 @@ def test_the_memory_model_by_hand():
     assert kv_bytes_per_token(shape, "bfloat16") == 2 * 2 * 1 * 4 * 2
     assert engine_memory(shape, dtype="bfloat16", kv_gib=1.0, tp=2) == {
         "weights": 1000, "kv_cache": GIB, "runtime": 3 * GIB}
+
+
+def test_a_model_whose_config_cannot_be_found_is_one_line_naming_it(tmp_path):
+    code, out, err, _ = dry_run("nobody/no-such-model", "--gpus", "8", "--gpu-gib", "80",
+                                env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)})
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "policy.model = 'nobody/no-such-model'" in lines[0]
