@@ -129,17 +129,19 @@ def build_policy(policy, model_path: str, accelerator, *, packed: bool = False):
 
     flash = (packed and accelerator.device.type == "cuda"
              and importlib.util.find_spec("flash_attn") is not None)
-    sharded = policy.sharding == "fsdp2"
-    # sharded over several ranks: only rank 0 reads the weights; the others build on meta
-    # and receive their shards (not 7 host copies of a 32 GB fp32 model for 8B)
+    sharded, several = policy.sharding == "fsdp2", accelerator.num_processes > 1
+    # several ranks: only rank 0 reads the weights; the others build the model on meta and
+    # receive them (not one host copy of a 32 GB fp32 model per rank for 8B)
     model = load_policy(model_path, policy_dtype(policy.dtype),
                         gradient_checkpointing=policy.gradient_checkpointing,
                         attention="flash_attention_2" if flash else None,
-                        meta=sharded and not accelerator.is_main_process)
+                        meta=several and not accelerator.is_main_process)
     module = PolicyModule(model, chunk_tokens=policy.logit_chunk_tokens,
                           head_operands=policy.head_operands)
+    if several and not sharded and not accelerator.is_main_process:
+        module.to_empty(device=accelerator.device)  # DDP copies rank 0's parameters and
+        # buffers into every rank when it wraps the module (the loop's accelerator.prepare)
     if sharded:
-        several = accelerator.num_processes > 1
         full = model.state_dict() if several and accelerator.is_main_process else None
         on_gpu = accelerator.device.type == "cuda"
         shard_policy(module, accelerator.device, bf16=on_gpu and policy.dtype == "auto",

@@ -1,8 +1,9 @@
-"""Loading a policy sharded over several ranks: only rank 0 reads the weights (the others
-build the model on `meta` from its config and receive their shards: not one host copy of the
-whole fp32 model per rank, 7 x 32 GB for 8B); the shards are rank 0's: the sharded policy
-gives a whole model's logprobs and gathers back to the checkpoint exactly. 2 gloo processes
-under torchrun on the tiny model (tied head, RoPE buffers). Slow: one launch (~20 s)."""
+"""Loading a policy on several ranks: only rank 0 reads the weights (the others build the model
+on `meta` from its config and receive them: not one host copy of the whole fp32 model per rank,
+7 x 32 GB for 8B), sharded by FSDP2 or whole under DDP; every rank then holds rank 0's weights:
+each gives a whole model's logprobs, and the weights gather back to the checkpoint exactly.
+2 gloo processes under torchrun on the tiny model (tied head, RoPE buffers). Slow: two launches
+(~20 s each)."""
 
 import os
 import subprocess
@@ -16,15 +17,17 @@ pytestmark = pytest.mark.slow
 WORKER = Path(__file__).parent / "load_worker.py"
 
 
-def test_only_rank_0_reads_the_weights_and_every_shard_is_its(tiny_model_path, tmp_path):
+@pytest.mark.parametrize("sharding,port", [("fsdp2", "29811"), ("none", "29812")])
+def test_only_rank_0_reads_the_weights_and_every_rank_holds_them(tiny_model_path, tmp_path,
+                                                                  sharding, port):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
     from scalerl.trainer.policy import token_stats
 
     torchrun = Path(sys.executable).parent / "torchrun"
-    cmd = [str(torchrun), "--nproc_per_node", "2", "--master_port", "29811", str(WORKER),
-           "--model", tiny_model_path, "--out", str(tmp_path / "out.pt")]
+    cmd = [str(torchrun), "--nproc_per_node", "2", "--master_port", port, str(WORKER),
+           "--model", tiny_model_path, "--out", str(tmp_path / "out.pt"), "--sharding", sharding]
     proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -41,4 +44,5 @@ def test_only_rank_0_reads_the_weights_and_every_shard_is_its(tiny_model_path, t
     with torch.no_grad():
         whole = token_stats(model, rows, (rows > 0).long(), torch.tensor([3, 3]),
                             torch.tensor([5, 3])).logprobs
-    torch.testing.assert_close(out["logprobs"], whole)
+    for logprobs in out["logprobs"]:  # every rank's
+        torch.testing.assert_close(logprobs, whole)
