@@ -25,6 +25,8 @@ class FakeServer:
         still starting)."""
         self.label = "default"
         self.calls: list[str] = []
+        self.rpcs: list[str] = []
+        """The methods `/collective_rpc` was asked to run."""
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -66,6 +68,9 @@ class FakeServer:
             self.label = body["new_version"]
         if path == "/update_weights":
             await asyncio.sleep(self.update_delay_s)
+        if path == "/collective_rpc":
+            self.rpcs.append(body["method"])
+            return web.json_response({"results": [None] * self.world_size})
         return web.json_response({})
 
     def close(self) -> None:

@@ -74,5 +74,7 @@ def test_update_weights_gets_the_publishers_timeout_not_a_control_calls(servers,
         assert publisher.world_size == 2 and publisher.dtype.is_floating_point
         publisher.client.update_weights({"names": [], "dtype_names": [], "shapes": []})
         assert "/update_weights" in slow.calls
+        publisher.abort()  # after a failed send: every server ends its workers' open reload
+        assert slow.rpcs == ["scalerl_abort_weight_update"]
     finally:
         gen.close()
