@@ -19,7 +19,6 @@ import gc
 import itertools
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -28,14 +27,15 @@ from scalerl.rollout.base_generator import BaseGenerator, Sampled
 from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.scorer import Scorer
-from scalerl.rollout.vllm_worker import INFO_METHOD, RELOAD_METHOD
-from scalerl.rollout.weight_files import write_weights
+from scalerl.rollout.vllm_worker import ABORT_METHOD, INFO_METHOD, RELOAD_METHOD
+from scalerl.rollout.weight_files import staging_dir, write_weights
 from scalerl.rollout.weights import (
     WeightsUnknownError,
     WeightUpdateError,
     checked_tensors,
     checkpoint_shapes,
     expand_versions,
+    weights_bytes,
 )
 
 RESUME_TIMEOUT_S = 30.0
@@ -56,7 +56,8 @@ class EngineGenerator(BaseGenerator):
         self._live: dict[str, list[tuple[int, int]]] = {}
         self._ids = itertools.count()
         self._user_paused = False
-        self._weights_root = Path(self.config.weights_dir or tempfile.gettempdir()) / (
+        self._weights_root = staging_dir(self.config.weights_dir, weights_bytes(
+            self.model_path, self.config.dtype)) / (
             f"scalerl-weights-{os.getpid()}-{id(self):x}")
         self._loaded_dir = model_dir(self.model_path)
         """The files of the weights now loaded (the model itself until the first update)."""
@@ -244,9 +245,18 @@ class EngineGenerator(BaseGenerator):
             self._gate.set()
         self._call(go(), 2 * timeout_s, "resuming generation after a weight update")
 
-    def weight_sync_client(self) -> EngineSyncClient:
-        """vLLM's `VLLMWeightSyncClient` protocol over this engine (for the NCCL transport)."""
-        return EngineSyncClient(self)
+    def abort_weight_update(self, timeout_s: float = 60.0) -> None:
+        """After a failed NCCL update: end the workers' open reload, every layer that received
+        nothing back on its current weights (rollout/vllm_worker.py)."""
+        async def go():
+            await self._step(self._llm.collective_rpc(ABORT_METHOD, timeout=timeout_s),
+                             timeout_s, "ending a failed weight update")
+        self._call(go(), 2 * timeout_s, "ending a failed weight update")
+
+    def weight_sync_client(self, timeout_s: float = 600.0) -> EngineSyncClient:
+        """vLLM's `VLLMWeightSyncClient` protocol over this engine (for the NCCL transport);
+        each call gets `timeout_s` (the publisher's)."""
+        return EngineSyncClient(self, timeout_s=timeout_s)
 
     def weight_sync_group(self) -> tuple[str, int]:
         """The NCCL group of a weight transfer: the rendezvous address (this host) and the world

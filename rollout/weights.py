@@ -65,6 +65,18 @@ def checkpoint_shapes(model_path: str) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def weights_bytes(model_path: str, dtype: str) -> int:
+    """Bytes of `model_path`'s checkpoint tensors in `dtype` (0 when it has no safetensors)."""
+    import math
+
+    size = {"float32": 4, "bfloat16": 2, "float16": 2}.get(dtype, 4)
+    try:
+        shapes = checkpoint_shapes(model_path)
+    except FileNotFoundError:
+        return 0
+    return size * sum(math.prod(shape) for shape in shapes.values())
+
+
 def check_tensors(tensors: Sequence[tuple[str, torch.Tensor]],
                   known: dict[str, tuple[int, ...]], what: str, where: str) -> None:
     """Raise WeightUpdateError unless every tensor's name and shape are in the checkpoint."""

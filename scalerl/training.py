@@ -80,32 +80,100 @@ def place_gpus(cfg: RunConfig) -> Placement | None:
     return placement
 
 
-def build_policy(policy, model_path: str, accelerator):
-    """The PolicyModule the loop trains (`policy`: the PolicyConfig): loaded, with gradient
-    checkpointing and the LM-head chunk size, sharded by FSDP2 when `policy.sharding: fsdp2`."""
-    from scalerl.trainer.policy import PolicyModule, load_policy
-    from scalerl.trainer.sharding import shard_policy
+def share_gpu(cfg: RunConfig, placement: Placement, model_path: str, ranks: int) -> RunConfig:
+    """`cfg` with the engine's memory fraction sized for the GPU it shares with trainer rank 0
+    (its weights + KV cache + its runtime, over the GPU's total; scalerl/sizing.py), refused in
+    one line when the trainer's estimate and the engine's cannot both fit."""
+    import dataclasses
 
+    import torch
+
+    from scalerl.sizing import (
+        engine_memory,
+        model_shape,
+        shared_engine_fraction,
+        trainer_layout,
+        trainer_memory,
+    )
+
+    gpu = placement.shared[0]
+    _, total = torch.cuda.mem_get_info(placement.train.index(gpu))
+    shape, e = model_shape(model_path), cfg.engine
+    engine = engine_memory(shape, dtype=e.dtype, kv_gib=e.kv_cache_gib, tp=e.tensor_parallel_size)
+    trainer = trainer_memory(shape, trainer_layout(cfg, ranks))
+    fraction = shared_engine_fraction(gpu, total, trainer, engine)
+    print(f"placement: GPU {gpu} is shared: engine.memory_fraction {e.memory_fraction} -> "
+          f"{fraction:.3f} (the engine's own {fraction * total / 2**30:.1f} GiB)", file=sys.stderr)
+    return dataclasses.replace(cfg, engine=dataclasses.replace(e, memory_fraction=fraction))
+
+
+def room_for_engine(engine, placement: Placement) -> None:
+    """With the policy on the shared GPU: the free memory must cover the engine's request."""
+    import torch
+
+    from scalerl.sizing import check_engine_room
+
+    gpu = placement.shared[0]
+    free, total = torch.cuda.mem_get_info(placement.train.index(gpu))
+    check_engine_room(gpu, free, total, engine.memory_fraction)
+
+
+def build_policy(policy, model_path: str, accelerator, *, packed: bool = False):
+    """The PolicyModule the loop trains (`policy`: the PolicyConfig): loaded, with gradient
+    checkpointing and the LM-head chunk size, sharded by FSDP2 when `policy.sharding: fsdp2`.
+    `packed` (offpolicy.micro_batch_tokens): flash attention's varlen kernel on a GPU that has
+    flash-attn (else the trainer's own varlen SDPA, trainer/packing.py)."""
+    import importlib.util
+
+    from scalerl.trainer.policy import PolicyModule, load_policy
+    from scalerl.trainer.sharding import fill_from_rank0, shard_policy
+
+    flash = (packed and accelerator.device.type == "cuda"
+             and importlib.util.find_spec("flash_attn") is not None)
+    sharded, several = policy.sharding == "fsdp2", accelerator.num_processes > 1
+    # several ranks: only rank 0 reads the weights; the others build the model on meta and
+    # receive them (not one host copy of a 32 GB fp32 model per rank for 8B)
     model = load_policy(model_path, policy_dtype(policy.dtype),
-                        gradient_checkpointing=policy.gradient_checkpointing)
-    module = PolicyModule(model, chunk_tokens=policy.logit_chunk_tokens)
-    if policy.sharding == "fsdp2":
+                        gradient_checkpointing=policy.gradient_checkpointing,
+                        attention="flash_attention_2" if flash else None,
+                        meta=several and not accelerator.is_main_process)
+    module = PolicyModule(model, chunk_tokens=policy.logit_chunk_tokens,
+                          head_operands=policy.head_operands)
+    if several and not sharded and not accelerator.is_main_process:
+        module.to_empty(device=accelerator.device)  # DDP copies rank 0's parameters and
+        # buffers into every rank when it wraps the module (the loop's accelerator.prepare)
+    if sharded:
+        full = model.state_dict() if several and accelerator.is_main_process else None
         on_gpu = accelerator.device.type == "cuda"
         shard_policy(module, accelerator.device, bf16=on_gpu and policy.dtype == "auto",
                      fp32_head=policy.fp32_head)
+        if several:
+            fill_from_rank0(module, accelerator.device, full)
+            del full
     return module
 
 
-def trainer_head_dtype(policy) -> str:
+def trainer_head_dtype(policy, on_gpu: bool) -> str:
     """The dtype the trainer computes its LM head in (`policy`: the PolicyConfig): float32 with
-    `fp32_head`, else its compute dtype (`auto`: bf16 on GPU, fp32 on CPU)."""
-    import torch
-
+    `fp32_head`, else its body's (`auto`: bf16 autocast on GPU, fp32 on CPU)."""
     if policy.fp32_head:
         return "float32"
-    if policy.dtype == "auto":
-        return "bfloat16" if torch.cuda.is_available() else "float32"
-    return policy.dtype
+    return "bfloat16" if on_gpu and policy.dtype == "auto" else policy_dtype(policy.dtype)
+
+
+def check_head_dtype(policy, engine_dtype: str, on_gpu: bool) -> None:
+    """Without the FP32 head each side computes the LM head in its body's dtype (the trainer:
+    `trainer_head_dtype`; vLLM: `engine.dtype`): they must agree, or the trainer's logprobs are
+    not the sampler's (`policy`: the PolicyConfig). Checked on the config, before the engine
+    starts; what the engine then reports is checked too (`start_rank0`)."""
+    if policy.fp32_head:
+        return
+    trainer = trainer_head_dtype(policy, on_gpu)
+    if trainer != engine_dtype:
+        raise ConfigError(
+            f"policy.fp32_head = false computes the trainer's LM head in {trainer} but "
+            f"engine.dtype = {engine_dtype}: set engine.dtype = {trainer}, or policy.fp32_head = "
+            "true")
 
 
 def policy_dtype(dtype: str) -> str:
@@ -157,11 +225,7 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
     """Build model, generator and tasks; train; return the Run (None on ranks other than 0)."""
     from transformers import AutoTokenizer
 
-    from scalerl.placement import engine_env
-    from scalerl.rollout.weights import check_precision_match
     from scalerl.trainer.loop import TrainTask, train
-    from scalerl.trainer.publish import make_publisher
-    from scalerl.trainer.sharding import memory_line
     from scalerl.trainer.waiting import init_waiting, wait_for_rank0
 
     placement = place_gpus(cfg)
@@ -172,21 +236,17 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
         import torch
 
         torch.cuda.init()
-    policy = build_policy(cfg.policy, model_path, accelerator)
+        if placement.shared and accelerator.is_main_process:  # before the policy is there
+            cfg = share_gpu(cfg, placement, model_path, accelerator.num_processes)
+    policy = build_policy(cfg.policy, model_path, accelerator,
+                          packed=cfg.offpolicy.micro_batch_tokens is not None)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     objects = run_tasks(cfg)
     tasks = {t.name: TrainTask(objects[t.name], t.budget, t.weight) for t in cfg.tasks}
     generator = publisher = None
     if accelerator.is_main_process:
-        print(memory_line(policy, accelerator.num_processes, cfg.policy.sharding == "fsdp2"),
-              file=sys.stderr)
-        if placement is not None:
-            print(placement.describe(), file=sys.stderr)
-        with engine_env(placement):
-            generator = start_generator(cfg, model_path, engine_log,
-                                        make_scorer(objects, cfg.grading))
-        check_precision_match(generator.head_dtype, trainer_head_dtype(cfg.policy))
-        publisher = make_publisher(cfg.engine.weight_transfer, generator)
+        generator, publisher = start_rank0(cfg, policy, placement, accelerator, model_path,
+                                           engine_log, make_scorer(objects, cfg.grading))
     wait_for_rank0()  # the other ranks wait for the engine here, outside the collective timeout
     set_cpu_threads(cfg.policy.cpu_threads)  # after the engine starts: its processes keep theirs
     devices = None if placement is None else placement.held(accelerator.num_processes)
@@ -201,6 +261,30 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
         if generator is not None:
             generator.close()
     return run if accelerator.is_main_process else None
+
+
+def start_rank0(cfg: RunConfig, policy, placement: Placement | None, accelerator,
+                model_path: str, engine_log: Path | None, scorer):
+    """Rank 0: print the start-up facts, start the generator scoring with `scorer` (on a shared
+    GPU once the free memory covers it), check both sides' LM head (the config before, what the
+    engine reports after), and make the publisher."""
+    from scalerl.placement import engine_env
+    from scalerl.rollout.weights import check_precision_match
+    from scalerl.trainer.publish import make_publisher
+    from scalerl.trainer.sharding import memory_line
+
+    print(memory_line(policy, accelerator.num_processes, cfg.policy.sharding == "fsdp2"),
+          file=sys.stderr)
+    if placement is not None:
+        print(placement.describe(), file=sys.stderr)
+        if placement.shared:
+            room_for_engine(cfg.engine, placement)
+    on_gpu = accelerator.device.type == "cuda"
+    check_head_dtype(cfg.policy, cfg.engine.dtype, on_gpu)
+    with engine_env(placement):
+        generator = start_generator(cfg, model_path, engine_log, scorer)
+    check_precision_match(generator.head_dtype, trainer_head_dtype(cfg.policy, on_gpu))
+    return generator, make_publisher(cfg.engine.weight_transfer, generator)
 
 
 def set_cpu_threads(threads: int | None) -> None:

@@ -60,6 +60,12 @@ class PolicyConfig:
     fp32_head: bool = True
     """Compute the LM head in FP32, in the trainer and in the generator alike (the paper's FP32
     fix, §3.2); the engine is started with the same setting."""
+    head_operands: Literal["float32", "bfloat16"] = "float32"
+    """The FP32 head's operands. `float32`: the hidden states and the fp32 master head weight
+    as they are (a full fp32 matmul; slow on GPUs, where TF32 is off). `bfloat16`: both rounded
+    to bf16, the products accumulated and returned in fp32: vLLM 0.32's FP32 head with a bf16
+    engine (`torch.mm(bf16, bf16, out_dtype=float32)`), the sampler's own computation. Set it to
+    engine.dtype; the mismatch KL of each is in docs/gpu.md. Unused without `fp32_head`."""
     temperature: float = 1.0
     """Sampling temperature; trainer logprobs are taken at the same temperature."""
     cpu_threads: int | None = 1
@@ -238,7 +244,13 @@ class OffPolicyConfig:
     rollouts_per_prompt: int = 16
     """Rollouts (group size) per prompt (paper: 16)."""
     micro_batch_size: int = 16
-    """Completions per forward/backward; the step is exact whatever this is."""
+    """Completions per forward/backward when `micro_batch_tokens` is null; the step is exact
+    whatever this is."""
+    micro_batch_tokens: int | None = None
+    """Most tokens (prompt + completion) of one forward/backward: rows are packed end to end
+    without padding up to this many (a longer row gets a micro-batch of its own), and
+    `micro_batch_size` is not used. None: `micro_batch_size` right-padded rows. The step is
+    exact whatever this is; activation memory grows with it (`scalerl train --dry-run`)."""
 
     SECTION = "offpolicy"
 
@@ -251,6 +263,8 @@ class OffPolicyConfig:
             (self.prompts_per_step >= 1, "prompts_per_step", "must be >= 1"),
             (self.rollouts_per_prompt >= 2, "rollouts_per_prompt", "must be >= 2 (a group)"),
             (self.micro_batch_size >= 1, "micro_batch_size", "must be >= 1"),
+            (self.micro_batch_tokens is None or self.micro_batch_tokens >= 1,
+             "micro_batch_tokens", "must be >= 1 or null (micro_batch_size padded rows)"),
         ])
 
 

@@ -19,16 +19,28 @@ import torch.nn.functional as F
 Tensor = torch.Tensor
 
 
-def _logits(h: Tensor, weight: Tensor, bias: Tensor | None, temperature: float) -> Tensor:
-    """fp32 logits at the sampling temperature (h and weight already in the compute dtype)."""
-    return F.linear(h, weight, bias).float().div_(temperature)
+def _logits(h: Tensor, weight: Tensor, bias: Tensor | None, temperature: float,
+            fp32_out: bool) -> Tensor:
+    """fp32 logits at the sampling temperature (h and weight already in the operands' dtype).
+    `fp32_out` with narrower operands: products accumulated and returned in fp32, as vLLM 0.32's
+    FP32 head does (`torch.mm(bf16, bf16, out_dtype=float32)` on GPU; on CPU, which lacks that
+    kernel, the same products of the rounded values in fp32)."""
+    if not fp32_out or h.dtype == torch.float32:
+        return F.linear(h, weight, bias).float().div_(temperature)
+    if h.is_cuda:
+        z = torch.mm(h, weight.t(), out_dtype=torch.float32)
+    else:
+        z = F.linear(h.float(), weight.float())
+    if bias is not None:
+        z += bias.float()
+    return z.div_(temperature)
 
 
 class _ChunkedHead(torch.autograd.Function):
     """(N, H) hidden states -> (N,) logprobs of `targets` and (N,) entropies, chunk by chunk."""
 
     @staticmethod
-    def forward(ctx, h, weight, bias, targets, temperature, chunk, shape):
+    def forward(ctx, h, weight, bias, targets, temperature, chunk, shape, fp32_out):
         n = h.shape[0]
         out_lp = torch.empty(shape, dtype=torch.float32, device=h.device)
         out_ent = torch.empty(shape, dtype=torch.float32, device=h.device)
@@ -36,14 +48,14 @@ class _ChunkedHead(torch.autograd.Function):
         lse = torch.empty(n, dtype=torch.float32, device=h.device)
         with torch.autocast(device_type=h.device.type, enabled=False):
             for s in range(0, n, chunk):
-                z = _logits(h[s:s + chunk], weight, bias, temperature)
+                z = _logits(h[s:s + chunk], weight, bias, temperature, fp32_out)
                 norm = z.logsumexp(-1)
                 lse[s:s + chunk] = norm
                 logprobs[s:s + chunk] = z.gather(-1, targets[s:s + chunk, None]).squeeze(-1) - norm
                 z -= norm[:, None]  # log-softmax, in place
                 entropy[s:s + chunk] = -(z.exp().mul_(z)).sum(-1)
         ctx.save_for_backward(h, weight, bias, targets, lse)
-        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.temperature, ctx.chunk, ctx.fp32_out = temperature, chunk, fp32_out
         ctx.mark_non_differentiable(out_ent)
         return out_lp, out_ent
 
@@ -59,7 +71,7 @@ class _ChunkedHead(torch.autograd.Function):
         with torch.autocast(device_type=h.device.type, enabled=False):
             for s in range(0, h.shape[0], chunk):
                 hc, g = h[s:s + chunk], grad_logprobs[s:s + chunk].float()[:, None]
-                z = _logits(hc, weight, bias, temperature)
+                z = _logits(hc, weight, bias, temperature, ctx.fp32_out)
                 probs = z.sub_(lse[s:s + chunk, None]).exp_()  # softmax, in place
                 dz = probs.mul_(-g).scatter_add_(-1, targets[s:s + chunk, None], g)
                 dz = dz.div_(temperature).to(h.dtype)
@@ -73,26 +85,41 @@ class _ChunkedHead(torch.autograd.Function):
                     grad_b += dz.float().sum(0)
         grad_w = grad_w.to(weight.dtype)
         grad_b = None if grad_b is None else grad_b.to(bias.dtype)
-        return grad_h, grad_w, grad_b, None, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None, None
+
+
+def head_dtype(h: Tensor, fp32: bool) -> torch.dtype:
+    """The dtype the head computes in: fp32 for the FP32 head; otherwise the body's compute dtype,
+    i.e. autocast's when autocast is on (DDP's bf16 on GPU: the final RMSNorm multiplies bf16
+    values by its fp32 master weight, so `h` arrives in fp32 although vLLM's bf16 engine computes
+    its head in bf16), else the hidden states' own dtype."""
+    if fp32:
+        return torch.float32
+    kind = h.device.type
+    if torch.is_autocast_enabled(kind):
+        return torch.get_autocast_dtype(kind)
+    return h.dtype
 
 
 def head_token_stats(h: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, *,
-                     temperature: float = 1.0, fp32: bool = True,
-                     chunk: int = 1024) -> tuple[Tensor, Tensor]:
+                     temperature: float = 1.0, fp32: bool = True, chunk: int = 1024,
+                     operands: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
     """Logprobs of `targets` and entropies under the head (`weight`, `bias`) at `temperature`,
     for hidden states `h` of shape (..., H); both outputs have shape `h.shape[:-1]`, in fp32.
 
     `fp32`: the head runs in FP32 whatever the model's dtype (inputs, weight and bias are upcast
-    once, outside the chunk loop); otherwise in the hidden states' dtype. `chunk`: tokens per
-    chunk (the logits held at once are chunk x vocabulary fp32 values).
+    once, outside the chunk loop); otherwise in the body's compute dtype (`head_dtype`).
+    `chunk`: tokens per chunk (the logits held at once are chunk x vocabulary fp32 values).
+    `operands` (FP32 head only): the dtype `h` and the weight are rounded to before the
+    matmul; bfloat16 is vLLM 0.32's FP32 head (bf16 operands, fp32 accumulation and output).
     """
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1 token, got {chunk}")
-    dtype = torch.float32 if fp32 else h.dtype
+    dtype = operands if fp32 else head_dtype(h, fp32)
     shape = tuple(h.shape[:-1])
     flat = h.reshape(-1, h.shape[-1]).to(dtype)
     w = weight.to(dtype)
     b = None if bias is None else bias.to(dtype)
     # the outputs are made in `shape`, not viewed into it: FSDP2 hooks a module's outputs, and
     # an in-place op on a returned view would drop its hook
-    return _ChunkedHead.apply(flat, w, b, targets.reshape(-1), temperature, chunk, shape)
+    return _ChunkedHead.apply(flat, w, b, targets.reshape(-1), temperature, chunk, shape, fp32)

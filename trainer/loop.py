@@ -36,6 +36,7 @@ from scalerl.trainer.config import TrainerConfig
 from scalerl.trainer.filters import ErrorWatch, Group, PromptRetirement
 from scalerl.trainer.losses import loss_kwargs
 from scalerl.trainer.metrics import ComputeClock, MetricsWriter, step_metrics, truncate_jsonl
+from scalerl.trainer.packing import use_varlen_attention
 from scalerl.trainer.pipeline_source import PipelineSource
 from scalerl.trainer.policy import PolicyModule, hf_model, named_weights
 from scalerl.trainer.publish import Publisher
@@ -138,6 +139,8 @@ def setup(cfg: TrainerConfig, model, tokenizer, generator, tasks: Mapping[str, T
     torch.manual_seed(cfg.seed)
     o = cfg.optim
     model = model if isinstance(model, PolicyModule) else PolicyModule(model)
+    if cfg.offpolicy.micro_batch_tokens is not None:  # packed rows: attend within each
+        use_varlen_attention(hf_model(model))
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,
                                   weight_decay=o.weight_decay)
     warmup = o.warmup_steps
@@ -224,15 +227,35 @@ def checkpoint(run: Run) -> None:
 
 def hand_weights(run: Run) -> None:
     """Every rank, after a step: the weights of policy version `run.step` go to rank 0's rollout
-    source. A sharded policy is gathered now, by all ranks together (rank 0 keeps CPU copies);
-    a whole one is read lazily, when the source sends it."""
-    if is_sharded(run.model):
-        full = gather_weights(run.model)
+    source. A whole policy is read lazily, when the source sends it; a sharded one is gathered
+    now, by all ranks together, but only when they will be sent (`weights_due`), each tensor
+    kept by rank 0 in its publisher's form (the engine's dtype, cast on the device)."""
+    if not is_sharded(run.model):
+        weights = lambda: named_weights(unwrap(run))
+    elif broadcast_from_rank0(weights_due(run)):
+        publisher = getattr(run.source, "publisher", None)
+        full = gather_weights(run.model, prepare=getattr(publisher, "prepare", None))
         weights = lambda: iter(full.items())
     else:
-        weights = lambda: named_weights(unwrap(run))
+        step = run.step
+        weights = lambda: not_gathered(step)
     if run.source is not None:
         run.source.on_step(run.step, weights)
+
+
+def weights_due(run: Run) -> bool | None:
+    """Rank 0: whether this step's weights will reach the generator (its source sends them, or
+    held-out validation comes next); None on the other ranks (they receive rank 0's answer)."""
+    if run.source is None:
+        return None
+    v = run.cfg.val
+    validating = v.every > 0 and (due(run.step, v.every) or run.step == run.cfg.steps)
+    return run.source.wants_weights() or validating
+
+
+def not_gathered(step: int):
+    raise RuntimeError(f"the weights of step {step} were not gathered: the rollout source said "
+                       "it would not send them (RolloutSource.wants_weights)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,7 +309,8 @@ def step_settings(cfg: TrainerConfig) -> StepSettings:
                                             "clip_high": loss.clip_high,
                                             "length_norm": loss.length_norm}),
         temperature=cfg.policy.temperature, fp32_head=cfg.policy.fp32_head,
-        max_grad_norm=cfg.optim.max_grad_norm)
+        max_grad_norm=cfg.optim.max_grad_norm,
+        micro_batch_tokens=cfg.offpolicy.micro_batch_tokens)
 
 
 def pad_id(tokenizer) -> int:

@@ -73,6 +73,9 @@ class PipelineSource:
         self._sync = {"rollout/sync_s": stats.send_s}
         return dict(self._sync)
 
+    def wants_weights(self) -> bool:
+        return True  # every step's weights are published in flight
+
     def ensure_synced(self) -> dict[str, float]:
         return {}  # on_step already published; the generator holds the latest weights
 

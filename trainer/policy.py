@@ -3,7 +3,8 @@
 Only completion positions go through the LM head, in chunks of tokens (trainer/head.py: the
 (tokens, vocabulary) logits are never held at once), and the head can run in FP32 whatever the
 model's dtype (the ScaleRL paper's FP32 fix, §3.2: the generator's head must run the same way).
-Logprobs are taken at the sampling temperature. `named_weights` gives the weights as the
+Logprobs are taken at the sampling temperature. Rows come right-padded, or packed end to end
+without padding (trainer/packing.py). `named_weights` gives the weights as the
 checkpoint files name them (full tensors even when sharded; a tied LM head once, under the
 embedding's name). Every tensor made here is placed on the device of the tensors it meets. No
 optimiser, no loss here.
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 
 from scalerl.trainer.head import head_token_stats
+from scalerl.trainer.packing import PACKED_ATTENTION, Packed, boundaries, packed_positions
 
 Tensor = torch.Tensor
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -31,15 +33,23 @@ class TokenStats:
     entropy: Tensor
 
 
-def load_policy(path: str, dtype: str = "float32", *,
-                gradient_checkpointing: bool = False) -> nn.Module:
+def load_policy(path: str, dtype: str = "float32", *, gradient_checkpointing: bool = False,
+                attention: str | None = None, meta: bool = False) -> nn.Module:
     """Load a causal LM from a local path or hub name, in `dtype` (float32 | bfloat16 | float16);
-    `gradient_checkpointing` recomputes each decoder layer's activations in the backward."""
-    from transformers import AutoModelForCausalLM
+    `gradient_checkpointing` recomputes each decoder layer's activations in the backward;
+    `attention`: transformers' attn_implementation (None: its default, SDPA); `meta`: built on
+    the meta device from its config alone, no weights read (they come from another rank)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     if dtype not in DTYPES:
         raise ValueError(f"policy dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+    extra = {} if attention is None else {"attn_implementation": attention}
+    if meta:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path),
+                                                     dtype=DTYPES[dtype], **extra)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], **extra)
     if gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return model
@@ -75,13 +85,14 @@ def completion_positions(prompt_lens: Tensor, completion_lens: Tensor) -> Tensor
 
 def token_stats(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, prompt_lens: Tensor,
                 completion_lens: Tensor, *, temperature: float = 1.0, fp32_head: bool = True,
-                chunk_tokens: int = 1024) -> TokenStats:
+                chunk_tokens: int = 1024, head_operands: str = "float32") -> TokenStats:
     """Logprobs and entropies of the completion tokens of right-padded `input_ids` (B, L).
 
     The head sees only completion positions, `chunk_tokens` at a time, in FP32 when `fp32_head`;
     logits are divided by `temperature` so logprobs match what the generator sampled from.
     """
-    hidden = _decoder(model)(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    hidden = _decoder(model)(input_ids=input_ids, attention_mask=attention_mask,
+                             use_cache=False).last_hidden_state
     positions = completion_positions(prompt_lens, completion_lens)  # (B, T)
     index = positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
     h = hidden.gather(1, index)  # (B, T, H)
@@ -89,8 +100,35 @@ def token_stats(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, pro
     targets = input_ids.gather(1, (positions + 1).clamp(max=input_ids.shape[1] - 1))
     logprobs, entropy = head_token_stats(h, head.weight, getattr(head, "bias", None), targets,
                                          temperature=temperature, fp32=fp32_head,
-                                         chunk=chunk_tokens)
+                                         chunk=chunk_tokens, operands=DTYPES[head_operands])
     return TokenStats(logprobs=logprobs, entropy=entropy)
+
+
+def packed_token_stats(model: nn.Module, input_ids: Tensor, position_ids: Tensor,
+                       prompt_lens: Tensor, completion_lens: Tensor, *, temperature: float = 1.0,
+                       fp32_head: bool = True, chunk_tokens: int = 1024,
+                       head_operands: str = "float32") -> TokenStats:
+    """`token_stats` of rows packed end to end (trainer/packing.py `pack`): `input_ids` and
+    `position_ids` (1, N); the outputs are on the same (B, T) completion grid, 0 past each row's
+    completion. The head sees only the real completion tokens (no padded ones)."""
+    if model.config._attn_implementation not in PACKED_ATTENTION:
+        raise ValueError(f"packed rows need an attention that reads their boundaries "
+                         f"({', '.join(PACKED_ATTENTION)}), not "
+                         f"{model.config._attn_implementation!r}: call "
+                         "trainer.packing.use_varlen_attention(model) first")
+    packed = Packed(input_ids, position_ids, *boundaries(position_ids))
+    hidden = _decoder(model)(input_ids=input_ids, use_cache=False,
+                             **packed.attention_kwargs()).last_hidden_state[0]
+    rows, cols, at = packed_positions(prompt_lens, completion_lens)
+    head = model.get_output_embeddings()
+    logprobs, entropy = head_token_stats(hidden[at], head.weight, getattr(head, "bias", None),
+                                         input_ids[0, at + 1], temperature=temperature,
+                                         fp32=fp32_head, chunk=chunk_tokens,
+                                         operands=DTYPES[head_operands])
+    grid = (len(prompt_lens), int(completion_lens.max()))
+    zeros = torch.zeros(grid, dtype=logprobs.dtype, device=logprobs.device)
+    return TokenStats(logprobs=zeros.index_put((rows, cols), logprobs),
+                      entropy=zeros.index_put((rows, cols), entropy))
 
 
 class PolicyModule(nn.Module):
@@ -98,20 +136,33 @@ class PolicyModule(nn.Module):
 
     DDP/FSDP hook into `forward`, so the trainer wraps (or shards) this module, not the bare LM;
     `.model` is the Hugging Face model (saving, weight sync). `chunk_tokens`: completion tokens
-    the LM head processes at once.
+    the LM head processes at once; `head_operands`: the FP32 head's operand dtype
+    (`policy.head_operands`).
     """
 
-    def __init__(self, model: nn.Module, chunk_tokens: int = 1024):
+    def __init__(self, model: nn.Module, chunk_tokens: int = 1024,
+                 head_operands: str = "float32"):
         super().__init__()
+        if head_operands not in DTYPES:
+            raise ValueError(f"head_operands {head_operands!r}: one of {', '.join(DTYPES)}")
         self.model = model
         self.chunk_tokens = chunk_tokens
+        self.head_operands = head_operands
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, prompt_lens: Tensor,
-                completion_lens: Tensor, temperature: float = 1.0,
-                fp32_head: bool = True) -> tuple[Tensor, Tensor]:
-        stats = token_stats(self.model, input_ids, attention_mask, prompt_lens, completion_lens,
-                            temperature=temperature, fp32_head=fp32_head,
-                            chunk_tokens=self.chunk_tokens)
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None, prompt_lens: Tensor,
+                completion_lens: Tensor, temperature: float = 1.0, fp32_head: bool = True,
+                position_ids: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Right-padded rows, or packed ones when `position_ids` is given (`input_ids` and
+        `position_ids` (1, N), no attention mask)."""
+        if position_ids is not None:
+            stats = packed_token_stats(self.model, input_ids, position_ids, prompt_lens,
+                                       completion_lens, temperature=temperature,
+                                       fp32_head=fp32_head, chunk_tokens=self.chunk_tokens,
+                                       head_operands=self.head_operands)
+        else:
+            stats = token_stats(self.model, input_ids, attention_mask, prompt_lens,
+                                completion_lens, temperature=temperature, fp32_head=fp32_head,
+                                chunk_tokens=self.chunk_tokens, head_operands=self.head_operands)
         return stats.logprobs, stats.entropy
 
 

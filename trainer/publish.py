@@ -22,6 +22,9 @@ from scalerl.rollout.weights import WeightsUnknownError
 
 Weights = Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]
 
+WIRE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+"""engine.dtype -> the dtype weights travel in (the engine's own: no cast on its side)."""
+
 
 class PublishError(RuntimeError):
     """A publish failed; the message says what was sent and what state the generator is in."""
@@ -42,6 +45,10 @@ class PublishStats:
 
 class Publisher(Protocol):
     def publish(self, weights: Weights, version: int) -> PublishStats: ...
+
+    def prepare(self, tensor: torch.Tensor) -> torch.Tensor:
+        """One weight in the form this transport sends (a sharded policy's gather applies it to
+        each full tensor as it is gathered, so only that form is ever held)."""
 
     def close(self) -> None: ...
 
@@ -99,6 +106,22 @@ class FilesPublisher:
         """The whole call's bound: write + pause + reload + resume, each bounded by timeout_s."""
         self._last = generator.version
         self._broken: str | None = None
+        config = getattr(generator, "config", None)
+        self.dtype = WIRE_DTYPES.get(getattr(config, "dtype", None))
+        """The engine's dtype (None: as given), the dtype the files are written in."""
+
+    def prepare(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A weight as the files take it: cast to the engine's dtype on its own device (a bf16
+        copy of a GPU fp32 tensor crosses the bus at half the size), then copied into pinned
+        host memory (a CPU tensor is copied only when the cast made no copy)."""
+        t = tensor.detach()
+        if self.dtype is not None and t.is_floating_point() and t.dtype != self.dtype:
+            t = t.to(self.dtype)
+        if t.device.type == "cpu":
+            return t.contiguous() if t is not tensor.detach() else t.clone()
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        host.copy_(t)
+        return host
 
     def publish(self, weights: Weights, version: int) -> PublishStats:
         if self._broken:
@@ -132,24 +155,30 @@ class NCCLPublisher:
     """Broadcast weights to the engine's workers over NCCL with vLLM 0.32's weight-transfer
     engine (`engine.weight_transfer: nccl`).
 
-    NOT RUN HERE: it needs CUDA GPUs with vLLM on them (this project's CPU machines have no GPU;
-    the lent GPU machine has no vLLM); its argument checks are tested. Protocol, from vLLM 0.32's
-    `NCCLTrainerWeightTransferEngine`: `trainer_init(NCCLTrainerInitInfo(...), client=...)` once
-    (the workers join the group at rank offset 1), then per publish `hold()` (pause keeping the
-    KV cache), `send_weights()` (start_weight_update, update_weights concurrent with the
-    broadcast, finish_weight_update), `release(version)` (tokens from now on carry `version`,
-    resume). `client` implements vLLM's `VLLMWeightSyncClient` (the in-process engine's
-    `weight_sync_client()`, or vLLM's `HTTPVLLMWeightSyncClient` for a server). vLLM reloads
-    layer by layer, so a broadcast that fails midway can leave the engine half-updated: it is
-    then left paused (never sampling from mixed weights) and further publishes are refused.
+    NOT RUN ON A GPU YET: written against vLLM 0.32's `NCCLTrainerWeightTransferEngine`; on CPU
+    the tests run vLLM's own trainer side (`send_weights`: metadata, the packed producer, the
+    order of the client calls) with only the communicator and CUDA streams stood in for.
+    Protocol: `trainer_init(...)` once (the workers join at rank offset 1), then per publish
+    `send_weights()` (start_weight_update, update_weights concurrent with the broadcast,
+    finish_weight_update) between `hold()` (pause keeping the KV cache) and `release(version)`.
+
+    Every tensor is first staged (`prepare`) on the sender's device in the engine's dtype, before
+    the engine is touched: vLLM's `PyNcclCommunicator.broadcast` refuses a tensor off its device,
+    and a failure there used to leave the engine waiting. A failure before any weight reached
+    the workers is undone: `abort()` ends the workers' half-open reload (their layers get their
+    current weights back) and `release(last version)` resumes generation, so the engine keeps
+    its version and generates again. A failure after some chunks arrived leaves the engine
+    paused (never sampling from mixed weights) and further publishes are refused.
     """
 
     transport = "nccl"
 
     def __init__(self, client: Any, *, master_address: str, master_port: int, world_size: int,
                  rank: int = 0, timeout_s: float = 300.0, packed: bool = True,
-                 hold: Callable[[], None] | None = None,
-                 release: Callable[[int], None] | None = None):
+                 dtype: str = "bfloat16", device: torch.device | str | None = None,
+                 version: int = 0, hold: Callable[[], None] | None = None,
+                 release: Callable[[int], None] | None = None,
+                 abort: Callable[[], None] | None = None):
         for method in ("init_weight_transfer_engine", "start_weight_update", "update_weights",
                        "finish_weight_update"):
             if not callable(getattr(client, method, None)):
@@ -166,16 +195,31 @@ class NCCLPublisher:
             raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank}")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if dtype not in WIRE_DTYPES:
+            raise ValueError(f"dtype {dtype!r}: the engine's dtype, one of "
+                             f"{', '.join(WIRE_DTYPES)}")
         self.client, self.timeout_s, self.packed = client, timeout_s, packed
         self.master_address, self.master_port = master_address, master_port
         self.world_size, self.rank = world_size, rank
-        self.hold, self.release = hold, release
+        self.dtype = WIRE_DTYPES[dtype]
+        self.device = torch.device(device) if device is not None else sender_device()
+        self.hold, self.release, self.abort = hold, release, abort
+        self._last = version
         self._engine: Any = None
+        self._comm: _CountingComm | None = None
         self._broken: str | None = None
+
+    def prepare(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A weight as it is broadcast: on the sender's device, in the engine's dtype (cast on
+        the tensor's own device first: a GPU tensor never visits the host), contiguous."""
+        t = tensor.detach()
+        if t.is_floating_point() and t.dtype != self.dtype:
+            t = t.to(self.dtype)
+        return t.to(self.device).contiguous()
 
     def connect(self) -> None:
         """Rendezvous with the vLLM workers (blocks until they join, up to timeout_s)."""
-        if not torch.cuda.is_available():
+        if self.device.type == "cpu":
             raise PublishError("the nccl transport needs CUDA GPUs; on CPU use 'files'")
         from vllm.distributed.weight_transfer.nccl_engine import (
             NCCLTrainerInitInfo,
@@ -189,35 +233,92 @@ class NCCLPublisher:
             lambda: NCCLTrainerWeightTransferEngine.trainer_init(
                 info, client=self.client, source=_TensorSource({})),
             self.timeout_s, f"the NCCL rendezvous at {self.master_address}:{self.master_port}")
+        self._comm = _CountingComm(self._engine.model_update_group)
+        self._engine.model_update_group = self._comm
 
     def publish(self, weights: Weights, version: int) -> PublishStats:
         if self._broken:
             raise PublishError(f"publisher is unusable: {self._broken}")
+        if version <= self._last:
+            raise ValueError(f"publish version {version} must exceed the last published "
+                             f"version {self._last}")
+        t0 = time.monotonic()
+        what = f"weights version {version} over NCCL"
+        try:  # before the engine is touched: a failure here leaves it generating
+            items = weights.items() if isinstance(weights, Mapping) else weights
+            tensors = {n: self.prepare(t) for n, t in items}
+        except Exception as e:
+            raise PublishError(f"staging {what} on {self.device} failed ({e}); the engine was "
+                               f"not touched and keeps version {self._last}") from e
+        what = f"weights version {version} ({len(tensors)} tensors) over NCCL"
         if self._engine is None:
             self.connect()
-        t0 = time.monotonic()
-        items = weights.items() if isinstance(weights, Mapping) else weights
-        tensors = {n: t.detach().contiguous() for n, t in items}
-        what = f"weights version {version} ({len(tensors)} tensors) over NCCL"
         self._engine.source = _TensorSource(tensors)
+        self._comm.sent = 0
         try:
             if self.hold:
                 self.hold()
             call_with_timeout(self._engine.send_weights, self.timeout_s, what)
         except Exception as e:
-            self._broken = (f"failed sending {what} ({e}); the generator is left paused, its "
-                            "weights possibly half-updated: restart the engine")
-            raise (PublishTimeout if isinstance(e, TimeoutError) else PublishError)(
-                self._broken) from e
+            self._undo(e, what)
         if self.release:
             self.release(version)
+        self._last = version
         nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
         return PublishStats(version, len(tensors), nbytes, time.monotonic() - t0, self.transport)
+
+    def _undo(self, error: Exception, what: str) -> None:
+        """After a failed send: resume the engine on its previous weights when none of the new
+        ones reached it; else refuse further publishes. Always raises."""
+        sent = self._comm.sent
+        if sent == 0 and not isinstance(error, TimeoutError):
+            try:
+                if self.abort:
+                    call_with_timeout(self.abort, self.timeout_s, "ending the open reload")
+                if self.release:
+                    self.release(self._last)
+            except Exception as again:  # noqa: BLE001 - reported in the message
+                self._broken = (f"failed sending {what} ({error}), then resuming on version "
+                                f"{self._last} failed too ({again}): restart the engine")
+                raise PublishError(self._broken) from error
+            raise PublishError(f"failed sending {what} ({error}); no weights had reached the "
+                               f"engine: it keeps version {self._last} and generates again"
+                               ) from error
+        self._broken = (f"failed sending {what} after {sent} chunk(s) reached the engine "
+                        f"({error}); it is left paused, its weights possibly half-updated: "
+                        "restart the engine")
+        raise (PublishTimeout if isinstance(error, TimeoutError) else PublishError)(
+            self._broken) from error
 
     def close(self) -> None:
         if self._engine is not None:
             self._engine.shutdown()
             self._engine = None
+
+
+def sender_device() -> torch.device:
+    """The NCCL sender's device: this process's current CUDA device (cpu without one)."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+class _CountingComm:
+    """The trainer's communicator, counting the broadcasts that went through (a failure after
+    the first one means the workers hold part of the new weights)."""
+
+    def __init__(self, comm: Any):
+        self.comm, self.sent = comm, 0
+
+    def broadcast(self, tensor: torch.Tensor, src: int, stream: Any = None) -> None:
+        if stream is None:
+            self.comm.broadcast(tensor, src=src)
+        else:
+            self.comm.broadcast(tensor, src=src, stream=stream)
+        self.sent += 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.comm, name)
 
 
 class _TensorSource:
@@ -241,10 +342,12 @@ def make_publisher(transport: str, generator: Any, *, timeout_s: float = 300.0) 
         return FilesPublisher(generator, timeout_s=timeout_s)
     if transport == "nccl":
         address, world_size = generator.weight_sync_group()
-        return NCCLPublisher(generator.weight_sync_client(), master_address=address,
-                             master_port=free_port(), timeout_s=timeout_s,
-                             world_size=world_size, hold=generator.hold,
-                             release=generator.release)
+        return NCCLPublisher(generator.weight_sync_client(timeout_s=timeout_s),
+                             master_address=address, master_port=free_port(),
+                             timeout_s=timeout_s, world_size=world_size,
+                             dtype=generator.config.dtype, version=generator.version,
+                             hold=generator.hold, release=generator.release,
+                             abort=generator.abort_weight_update)
     raise ValueError(f"unknown weight transport {transport!r}; known: files, nccl")
 
 

@@ -5,7 +5,8 @@ and then on the `PolicyModule`, whose `forward` is the one the trainer calls, so
 final norm and LM head are gathered once per forward and the layers one at a time. On GPU the
 layers compute in bf16 (parameters all-gathered in bf16, gradients reduced in fp32); the root
 keeps its parameters' dtype, so the FP32 LM head stays FP32. `gather_weights` gives rank 0 the
-full weights (CPU copies) for publishing and for the Hugging Face checkpoint;
+full weights for publishing (in the publisher's form) and for the Hugging Face checkpoint;
+`fill_from_rank0` gives every rank its shards of rank 0's weights when only rank 0 loaded them;
 `state_bytes_per_param` and `memory_line` state what the trainer holds per parameter.
 
 Accelerate is not used for sharding: 1.15 enables its FSDP plugin only on GPU-like devices (with
@@ -14,6 +15,8 @@ No optimiser step and no checkpoint files here (trainer/checkpoint.py saves the 
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -62,20 +65,44 @@ def shard_policy(policy: nn.Module, device: torch.device, *, bf16: bool,
     return policy
 
 
+def fill_from_rank0(policy: nn.Module, device: torch.device,
+                    full: dict[str, Tensor] | None) -> None:
+    """After `shard_policy`: every rank's shards get rank 0's weights, `full` (the Hugging Face
+    model's state dict taken on rank 0 before sharding; None on the others). Ranks other than 0
+    may have built the model on `meta` (no weights read, no host copy of the whole model): they
+    are materialized on `device` first. Rank 0 broadcasts the tensors one by one (torch's
+    `set_model_state_dict`, broadcast_from_rank0), then every buffer (non-persistent ones such
+    as RoPE's inv_freq are in no state dict). Every rank calls this together."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    model = hf_model(policy)
+    main = dist.get_rank() == 0
+    if not main:
+        policy.to_empty(device=device)
+    set_model_state_dict(model, full if main else {}, options=StateDictOptions(full_state_dict=True,
+                                                                broadcast_from_rank0=True))
+    for buffer in model.buffers():
+        dist.broadcast(buffer, src=0)
+
+
 def is_sharded(module: nn.Module) -> bool:
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(module, FSDPModule)
 
 
-def gather_weights(policy: nn.Module) -> dict[str, Tensor] | None:
-    """Every rank calls this together: the full weights as CPU copies on rank 0 (None on the
-    others), gathered one tensor at a time, named as in the checkpoint files."""
+def gather_weights(policy: nn.Module, prepare: Callable[[Tensor], Tensor] | None = None
+                   ) -> dict[str, Tensor] | None:
+    """Every rank calls this together: the full weights on rank 0 (None on the others), gathered
+    one tensor at a time, named as in the checkpoint files. Rank 0 keeps `prepare(tensor)` of
+    each full tensor (a publisher's form: the engine's dtype, cast on the GPU, on a pinned host
+    buffer or left on the GPU for NCCL), by default an fp32 CPU copy (the checkpoint's)."""
     main = dist.get_rank() == 0
+    keep = prepare or (lambda t: t.to("cpu", copy=True))
     full = {}
     for name, tensor in named_weights(policy):
         if main:
-            full[name] = tensor.to("cpu", copy=True)
+            full[name] = keep(tensor)
     return full if main else None
 
 

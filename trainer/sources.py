@@ -37,6 +37,10 @@ class RolloutSource(Protocol):
     def on_step(self, version: int, weights: LazyWeights) -> dict[str, float]:
         """The trainer finished the step that produced policy `version`."""
 
+    def wants_weights(self) -> bool:
+        """Whether the weights handed at the next `on_step` will be sent to the generator (a
+        sharded policy is gathered only then)."""
+
     def ensure_synced(self) -> dict[str, float]:
         """Make the generator hold the latest weights (before held-out validation)."""
 
@@ -65,6 +69,10 @@ class SourceSettings:
     takes one step per batch and does not read it)."""
     max_lag: int
     """PipelineRL-k: most versions a trained rollout may lag behind the trainer."""
+
+
+def _published() -> Iterable[tuple[str, torch.Tensor]]:
+    raise RuntimeError("these weights were already published and released")
 
 
 def round_seed(seed: int, batch_index: int) -> int:
@@ -115,6 +123,9 @@ class PPOOffPolicy:
         self._weights = (version, weights)  # pushed lazily, right before the next round
         return {}
 
+    def wants_weights(self) -> bool:
+        return not self.pending  # the round is over: the next next_groups publishes
+
     # -- internals ------------------------------------------------------------------------
     def ensure_synced(self) -> dict[str, float]:
         if self._weights is None or self._weights[0] == self.generator.version:
@@ -122,6 +133,7 @@ class PPOOffPolicy:
         version, weights = self._weights
         t = time.perf_counter()
         self.publisher.publish(weights(), version)
+        self._weights = (version, _published)  # drop the gathered tensors (GPU memory for NCCL)
         took = time.perf_counter() - t
         self.sync_s += took
         return {"rollout/sync_s": took}

@@ -2,8 +2,10 @@
 
 The aggregation weights were computed over the global batch, so the step sums weighted micro-batch
 losses (no averaging over micro-batches) and scales by the world size to undo DDP's gradient mean:
-any (ranks x micro-batches) split gives the gradient of the one big batch. Returns the step's
-statistics reduced over ranks. No data loading, no generation, no logging here.
+any (ranks x micro-batches) split gives the gradient of the one big batch, micro-batches of
+`micro_batch_size` padded rows or of at most `micro_batch_tokens` tokens packed without padding
+(trainer/packing.py). Returns the step's statistics reduced over ranks. No data loading, no
+generation, no logging here.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 
 from scalerl.trainer.batch import TrainBatch
 from scalerl.trainer.losses import aggregate, get_loss
+from scalerl.trainer.packing import pack, token_micro_batches
 
 Tensor = torch.Tensor
 SUM_KEYS = ("loss", "tokens", "entropy", "mismatch_kl", "clip_frac", "cispo_trunc_frac",
@@ -32,6 +35,9 @@ class StepSettings:
     temperature: float
     fp32_head: bool
     max_grad_norm: float | None
+    micro_batch_tokens: int | None = None
+    """When set, micro-batches are runs of rows of at most this many tokens, packed without
+    padding (trainer/packing.py); else `micro_batch_size` padded rows."""
 
 
 def shard_rows(n_rows: int, rank: int, world: int, micro_batch_size: int,
@@ -45,10 +51,19 @@ def shard_rows(n_rows: int, rank: int, world: int, micro_batch_size: int,
     return [mine[i * micro_batch_size:(i + 1) * micro_batch_size] for i in range(n_micro)]
 
 
+def _forward(model, mb: TrainBatch, s: StepSettings) -> tuple[Tensor, Tensor]:
+    """(B, T) logprobs and entropies of one micro-batch: its padded rows, or packed ones."""
+    if s.micro_batch_tokens is None:
+        return model(mb.input_ids, mb.attention_mask, mb.prompt_lens, mb.completion_lens,
+                     s.temperature, s.fp32_head)
+    packed = pack(mb.input_ids, mb.prompt_lens + mb.completion_lens)
+    return model(packed.input_ids, None, mb.prompt_lens, mb.completion_lens, s.temperature,
+                 s.fp32_head, packed.position_ids)
+
+
 def _micro_loss(model, mb: TrainBatch, s: StepSettings) -> tuple[Tensor, dict[str, Tensor]]:
     """Weighted loss of one micro-batch and its per-token statistic sums."""
-    logprobs, entropy = model(mb.input_ids, mb.attention_mask, mb.prompt_lens,
-                              mb.completion_lens, s.temperature, s.fp32_head)
+    logprobs, entropy = _forward(model, mb, s)
     spec = get_loss(s.loss)
     per_token, loss_stats = spec.fn(logprobs, mb.old_logprobs, mb.advantages, mb.mask,
                                     **s.loss_kwargs)
@@ -85,8 +100,12 @@ def train_step(accelerator, model, optimizer, scheduler, batch: TrainBatch,
     (trainer/sharding.py): an FSDP2 module has no `no_sync`, so its gradients are reduce-scattered
     after every micro-batch into the sharded gradients (summed: the same step).
     """
-    chunks = shard_rows(len(batch), accelerator.process_index, accelerator.num_processes,
-                        s.micro_batch_size, batch.input_ids.device)
+    rank, world = accelerator.process_index, accelerator.num_processes
+    if s.micro_batch_tokens is None:
+        chunks = shard_rows(len(batch), rank, world, s.micro_batch_size, batch.input_ids.device)
+    else:
+        chunks = token_micro_batches(batch.prompt_lens + batch.completion_lens, rank, world,
+                                     s.micro_batch_tokens)
     totals: dict[str, Tensor] = {}
     model.train()
     for i, rows in enumerate(chunks):

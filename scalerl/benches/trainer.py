@@ -22,8 +22,12 @@ from dataclasses import asdict, dataclass
 
 from scalerl.benches import positive_int
 
-HELP = "trainer step peak memory and tokens/s: chunked LM head vs full (B, T, V) logits"
+HELP = ("trainer step peak memory and tokens/s: chunked LM head vs full (B, T, V) logits; "
+        "packed vs padded rows")
 PROMPT_TOKENS = 128
+ROWS = {"full": "full", "chunked": "full", "padded": "padded", "packed": "packed"}
+"""Variant -> its rows (`measure_step`): `full` logits and the `chunked` head on rows of equal
+length; `padded` and `packed` micro-batches (both chunked) of rows spread 10x in length."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,28 @@ def full_logits_stats(model, input_ids, attention_mask, prompt_lens, completion_
     return logprobs, (-(logp.exp() * logp).sum(-1)).detach()
 
 
+def spread_batch(shape: Shape, seed: int = 0):
+    """`shape.batch` rows whose lengths spread 10x, from `shape.seq` / 10 to `shape.seq`, each
+    with a prompt of an eighth of its tokens; right-padded, as the trainer's batches are."""
+    import torch
+
+    from scalerl.trainer.batch import TrainBatch
+
+    g = torch.Generator().manual_seed(seed)
+    b = shape.batch
+    lengths = torch.linspace(shape.seq / 10, shape.seq, b).round().long()
+    prompts = (lengths // 8).clamp(min=1)
+    completions = lengths - prompts
+    cols = torch.arange(shape.seq)[None, :]
+    ids = torch.randint(3, shape.vocab, (b, shape.seq), generator=g)
+    attention = (cols < lengths[:, None]).long()
+    width = int(completions.max())
+    mask = (torch.arange(width)[None, :] < completions[:, None]).float()
+    return TrainBatch(input_ids=ids * attention, attention_mask=attention, prompt_lens=prompts,
+                      completion_lens=completions, old_logprobs=-10.0 * mask, mask=mask,
+                      advantages=torch.randn(b, 1, generator=g), weights=mask / mask.sum())
+
+
 def random_batch(shape: Shape, seed: int = 0):
     """`shape.batch` rows of `shape.seq` random tokens, the first PROMPT_TOKENS the prompt."""
     import torch
@@ -147,18 +173,23 @@ class _Memory:
 
 
 def measure_step(shape: Shape, *, device: str, chunk: int | None, steps: int = 3,
-                 gradient_checkpointing: bool = False, sharded: bool = False) -> dict:
+                 gradient_checkpointing: bool = False, sharded: bool = False,
+                 rows: str = "full") -> dict:
     """Train `steps` timed steps (after one warm-up) of a random Qwen2 of `shape` on `device`;
     `chunk` None: the full-logits baseline. On CUDA: fp32 master weights and AdamW state, bf16
-    compute (autocast, or FSDP2's bf16 layers when `sharded`), FP32 head, as the trainer runs."""
+    compute (autocast, or FSDP2's bf16 layers when `sharded`), FP32 head, as the trainer runs.
+    `rows`: `full` (every row `shape.seq` tokens), or rows spread 10x in length (`spread_batch`)
+    either `padded` (one micro-batch of right-padded rows) or `packed` (one micro-batch of the
+    rows end to end, `offpolicy.micro_batch_tokens`); those two also return the initial
+    model's completion logprobs (`logprobs`, row by row) to compare."""
     import torch
     from accelerate import Accelerator
     from transformers import Qwen2ForCausalLM
 
-    from scalerl.trainer.losses import loss_kwargs
+    from scalerl.trainer.packing import use_varlen_attention
     from scalerl.trainer.policy import PolicyModule, enable_gradient_checkpointing
     from scalerl.trainer.sharding import shard_policy
-    from scalerl.trainer.step import StepSettings, train_step
+    from scalerl.trainer.step import train_step
 
     on_gpu = device == "cuda"
     # bf16 autocast reaches the model only through `prepare`, which a sharded policy skips
@@ -168,6 +199,8 @@ def measure_step(shape: Shape, *, device: str, chunk: int | None, steps: int = 3
         model = Qwen2ForCausalLM(qwen2(shape))
     if gradient_checkpointing:
         enable_gradient_checkpointing(model)
+    if rows == "packed":
+        use_varlen_attention(model)
     policy = PolicyModule(model, chunk_tokens=chunk or 1)
     if chunk is None:
         policy.forward = lambda *a: full_logits_stats(model, *a)
@@ -177,10 +210,8 @@ def measure_step(shape: Shape, *, device: str, chunk: int | None, steps: int = 3
     if not sharded:
         policy, optimizer = accelerator.prepare(policy, optimizer)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    settings = StepSettings(loss="cispo", loss_kwargs=loss_kwargs("cispo", {}),
-                            micro_batch_size=shape.batch, temperature=1.0, fp32_head=True,
-                            max_grad_norm=1.0)
-    batch = random_batch(shape)
+    batch, settings = bench_batch(shape, rows)
+    extra = {} if rows == "full" else {"logprobs": first_logprobs(policy, batch, settings)}
     first = train_step(accelerator, policy, optimizer, scheduler, batch, settings)
     memory = _Memory(accelerator.device)
     memory.start()
@@ -193,13 +224,39 @@ def measure_step(shape: Shape, *, device: str, chunk: int | None, steps: int = 3
     peak, total = memory.peak()
     params = sum(p.numel() for p in model.parameters())
     return {"peak_mib": peak, "total_peak_mib": total, "tokens_per_s": batch.num_tokens / seconds,
-            "step_s": seconds, "first_loss": first["loss"], "params": params}
+            "step_s": seconds, "first_loss": first["loss"], "params": params, **extra}
+
+
+def bench_batch(shape: Shape, rows: str):
+    """The batch of `measure_step`'s `rows` and the step's settings: one micro-batch of all of
+    it (CISPO, FP32 head, clipping at 1), padded rows or, for `packed`, its tokens end to end."""
+    from scalerl.trainer.losses import loss_kwargs
+    from scalerl.trainer.step import StepSettings
+
+    batch = random_batch(shape) if rows == "full" else spread_batch(shape)
+    return batch, StepSettings(loss="cispo", loss_kwargs=loss_kwargs("cispo", {}),
+                               micro_batch_size=shape.batch, temperature=1.0, fp32_head=True,
+                               max_grad_norm=1.0, micro_batch_tokens=batch.num_tokens
+                               if rows == "packed" else None)
+
+
+def first_logprobs(policy, batch, settings) -> list[list[float]]:
+    """The completion logprobs of `batch` under `policy` as the step computes them (no grad)."""
+    import torch
+
+    from scalerl.trainer.step import _forward
+
+    with torch.no_grad():
+        logprobs, _ = _forward(policy, batch, settings)
+    return [row[:n].tolist() for row, n in zip(logprobs, batch.completion_lens.tolist(),
+                                               strict=True)]
 
 
 def _child(variant: str, args: argparse.Namespace) -> dict:
     """One variant measured in a fresh process (its own high-water mark and allocator)."""
     spec = {"variant": variant, "device": args.device, "chunk": args.chunk, "steps": args.steps,
-            "gradient_checkpointing": args.gradient_checkpointing, "shape": asdict(shape_of(args))}
+            "gradient_checkpointing": args.gradient_checkpointing, "shape": asdict(shape_of(args)),
+            "rows": ROWS[variant]}
     proc = subprocess.run([sys.executable, "-m", "scalerl.benches.trainer", json.dumps(spec)],
                           capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
@@ -217,28 +274,36 @@ def run(args: argparse.Namespace) -> int:
         print(f"bench trainer: --seq must exceed the {PROMPT_TOKENS} prompt tokens",
               file=sys.stderr)
         return 2
-    out = {name: _child(name, args) for name in ("full", "chunked")}
+    out = {name: _child(name, args) for name in ROWS}
     out["chunked_vs_full_peak"] = out["chunked"]["peak_mib"] / out["full"]["peak_mib"]
     out["chunked_vs_full_tokens_per_s"] = (out["chunked"]["tokens_per_s"]
                                            / out["full"]["tokens_per_s"])
+    out["packed_vs_padded_tokens_per_s"] = (out["packed"]["tokens_per_s"]
+                                            / out["padded"]["tokens_per_s"])
+    out["packed_vs_padded_logprob_max_abs_diff"] = max(
+        abs(a - b) for pr, qr in zip(out["packed"].pop("logprobs"), out["padded"].pop("logprobs"),
+                                     strict=True) for a, b in zip(pr, qr, strict=True))
     out["config"] = {**asdict(shape_of(args)), "device": args.device, "chunk": args.chunk,
                      "gradient_checkpointing": args.gradient_checkpointing}
     if args.json:
         print(json.dumps(out))
         return 0
-    for name in ("full", "chunked"):
+    for name in ROWS:
         r = out[name]
         print(f"{name:>8}: peak {r['peak_mib']:8.1f} MiB above the state held between steps, "
               f"{r['tokens_per_s']:9.0f} tokens/s")
     print(f"chunked vs full: peak x{out['chunked_vs_full_peak']:.2f}, tokens/s "
           f"x{out['chunked_vs_full_tokens_per_s']:.2f}")
+    print(f"packed vs padded (rows spread 10x in length): tokens/s "
+          f"x{out['packed_vs_padded_tokens_per_s']:.2f}, logprobs max |diff| "
+          f"{out['packed_vs_padded_logprob_max_abs_diff']:.1e}")
     return 0
 
 
 def _main(spec: dict) -> None:
     chunk = None if spec["variant"] == "full" else spec["chunk"]
     result = measure_step(Shape(**spec["shape"]), device=spec["device"], chunk=chunk,
-                          steps=spec["steps"],
+                          steps=spec["steps"], rows=spec["rows"],
                           gradient_checkpointing=spec["gradient_checkpointing"])
     print(json.dumps(result))
 

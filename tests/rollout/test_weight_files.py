@@ -3,6 +3,7 @@ never split a decoder layer, an atomic directory, and no host copy of a tensor a
 
 import json
 import struct
+from pathlib import Path
 
 import pytest
 import torch
@@ -90,3 +91,16 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
         write_weights([("x", torch.zeros(1))], tmp_path / "w", chunk_mb=0)
     with pytest.raises(ValueError, match="no tensors"):
         write_weights([], tmp_path / "w")
+
+
+def test_weights_are_staged_in_memory_when_it_has_room_for_two_versions(tmp_path):
+    import shutil
+    import tempfile
+
+    from scalerl.rollout.weight_files import staging_dir
+
+    free = shutil.disk_usage(tmp_path).free
+    assert staging_dir(None, free // 2 - 1, shm=tmp_path) == tmp_path  # the loaded + the next
+    assert staging_dir(None, free, shm=tmp_path) == Path(tempfile.gettempdir())
+    assert staging_dir(None, 1, shm=tmp_path / "absent") == Path(tempfile.gettempdir())
+    assert staging_dir("/shared/w", 1, shm=tmp_path) == Path("/shared/w")

@@ -12,7 +12,7 @@ from accelerate.utils import DistributedType
 from scalerl.coerce import ConfigError
 from scalerl.trainer.policy import PolicyModule
 from scalerl.trainer.sharding import memory_line, state_bytes_per_param, unique_params
-from scalerl.training import check_launch
+from scalerl.training import check_head_dtype, check_launch
 
 LAUNCH = Path(__file__).resolve().parents[2] / "scalerl" / "recipes" / "accelerate"
 
@@ -47,3 +47,15 @@ def test_bytes_per_parameter_by_hand():
     assert unique_params(model) == 40
     assert "bfloat16 weights, gradients and AdamW moments = 8 B/param" in memory_line(
         PolicyModule(model.to(torch.bfloat16)), 1, False)
+
+
+def test_a_bf16_trainer_head_beside_an_fp32_engine_is_refused_in_one_line():
+    from scalerl.trainer.config import PolicyConfig
+
+    bf16_head = PolicyConfig(dtype="auto", fp32_head=False)
+    with pytest.raises(ConfigError, match="in bfloat16 but engine.dtype = float32") as err:
+        check_head_dtype(bf16_head, "float32", on_gpu=True)
+    assert "\n" not in str(err.value)
+    check_head_dtype(bf16_head, "bfloat16", on_gpu=True)
+    check_head_dtype(bf16_head, "float32", on_gpu=False)  # CPU: fp32 body, fp32 engine
+    check_head_dtype(PolicyConfig(fp32_head=True), "bfloat16", on_gpu=True)

@@ -74,3 +74,25 @@ def test_bf16_hidden_states_with_the_fp32_head_match_an_fp32_head_on_the_same_va
 def test_a_chunk_below_one_token_is_refused():
     with pytest.raises(ValueError, match="chunk must be >= 1"):
         head_token_stats(torch.zeros(1, 2), torch.zeros(3, 2), None, torch.tensor([0]), chunk=0)
+
+
+def test_bf16_operands_are_vllms_fp32_head_products_of_rounded_values_summed_in_fp32():
+    # vLLM 0.32's FP32 head with a bf16 engine: torch.mm(bf16 h, bf16 W, out_dtype=float32)
+    g = torch.Generator().manual_seed(2)
+    h = torch.randn(7, 16, generator=g, requires_grad=True)
+    w = torch.randn(40, 16, generator=g, requires_grad=True)
+    targets = torch.randint(0, 40, (7,), generator=g)
+    lp, ent = head_token_stats(h, w, None, targets, chunk=3, operands=torch.bfloat16)
+    lp.sum().backward()
+    assert lp.dtype == torch.float32
+    hr = h.detach().bfloat16().float().requires_grad_()
+    wr = w.detach().bfloat16().float().requires_grad_()
+    ref, ref_ent = full_reference(hr, wr, None, targets, 1.0)
+    ref.sum().backward()
+    torch.testing.assert_close(lp, ref)
+    torch.testing.assert_close(ent, ref_ent.detach())
+    full, _ = head_token_stats(h.detach(), w.detach(), None, targets)  # fp32 operands
+    assert (full - lp).abs().max() > 1e-4  # the rounding is visible
+    # gradients reach the fp32 tensors through the rounding, within bf16's resolution
+    torch.testing.assert_close(h.grad, hr.grad, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(w.grad, wr.grad, rtol=2e-2, atol=2e-2)

@@ -51,3 +51,27 @@ def test_fp32_head_brings_bf16_model_closer_to_fp32_reference():
     err32 = (fp32_head - ref)[m].abs().mean()
     err16 = (bf16_head - ref)[m].abs().mean()
     assert err32 < err16, (float(err32), float(err16))
+
+
+def test_without_the_fp32_head_autocast_computes_the_head_in_bf16_as_vllm_does(model):
+    """DDP on GPU runs the fp32 model under bf16 autocast, and vLLM's bf16 engine computes its
+    head in bf16. Qwen2's final RMSNorm multiplies by its fp32 weight, so the hidden states reach
+    the head in fp32: `fp32_head: false` must still give the bf16 head's logprobs (here under CPU
+    bf16 autocast), not a full fp32 head's."""
+    batch = batch_of(fake_groups())
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        stats = token_stats(model, batch.input_ids, batch.attention_mask, batch.prompt_lens,
+                            batch.completion_lens, fp32_head=False)
+        hidden = model.model(input_ids=batch.input_ids,
+                             attention_mask=batch.attention_mask).last_hidden_state
+    assert hidden.dtype == torch.float32  # the final norm's output under autocast
+    w = model.lm_head.weight
+    bf16 = torch.nn.functional.linear(hidden.bfloat16(), w.bfloat16()).float()  # vLLM's head
+    fp32 = torch.nn.functional.linear(hidden, w)
+    for i in range(len(batch)):
+        p, c = int(batch.prompt_lens[i]), int(batch.completion_lens[i])
+        targets = batch.input_ids[i, p:p + c, None]
+        expected = torch.log_softmax(bf16[i, p - 1:p + c - 1], -1).gather(-1, targets)
+        full = torch.log_softmax(fp32[i, p - 1:p + c - 1], -1).gather(-1, targets)
+        torch.testing.assert_close(stats.logprobs[i, :c], expected.squeeze(-1))
+        assert (stats.logprobs[i, :c] - full.squeeze(-1)).abs().max() > 1e-4

@@ -1,0 +1,231 @@
+"""`scalerl train --dry-run`: whether a run fits its GPUs, before the first GPU hour.
+
+`plan_run(cfg, ...)` builds the model on `meta` from its config.json alone (no weights; a hub
+id fetches that one file), places the trainer ranks and the engine as the run would
+(scalerl/placement.py) on the GPUs seen or told of, and sizes each trainer rank and the engine
+with scalerl/sizing.py's memory model: weights, gradients, optimizer, all-gathered layers,
+activations at the micro-batch's tokens, logits chunks; the engine's KV capacity in full-length
+sequences, the rollouts in flight and the bytes of each publish. `DryRun.refusal` is the one
+line a layout that cannot fit gets. No GPU memory is allocated and nothing starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import asdict, dataclass
+
+from scalerl.config import RunConfig
+from scalerl.placement import Placement, PlacementError, plan_placement
+from scalerl.sizing import (
+    BYTES,
+    GIB,
+    ModelShape,
+    TrainerLayout,
+    engine_memory,
+    gib,
+    kv_bytes_per_token,
+    model_shape,
+    trainer_layout,
+    trainer_memory,
+)
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What a run would hold where (bytes by part), and whether it fits."""
+
+    model: str
+    """policy.model."""
+    shape: ModelShape
+    """The model's sizes (parameters counted on `meta`)."""
+    gpus: int
+    """GPUs per node, seen or told of (0: none, the fit is not checked)."""
+    gpu_bytes: int
+    """Memory of each GPU (0: unknown)."""
+    ranks: int
+    """Trainer processes in all (sharded over, or replicated on)."""
+    placement: Placement | None
+    """Which GPUs of a node train and which generate (None: no GPUs, or engine.servers)."""
+    layout: TrainerLayout
+    """How one trainer rank holds and computes the model (its micro-batch's tokens)."""
+    trainer: dict[str, int]
+    """Peak bytes on one trainer GPU, by part."""
+    engine: dict[str, int]
+    """Bytes on one engine GPU, by part (empty with engine.servers: sized on the servers)."""
+    engine_budget: int
+    """What vLLM may use on its GPU: engine.memory_fraction x the GPU (0: unknown)."""
+    kv_sequences: float
+    """Full-length (engine.max_model_len) sequences the KV cache holds."""
+    rollouts_per_step: int
+    """prompts_per_step x rollouts_per_prompt."""
+    in_flight: int
+    """Rollouts submitted to the engine at once (PipelineRL: its lag window; PPO: a round)."""
+    publish_bytes: int
+    """Bytes of the weights sent to the engine at each publish (in the engine's dtype)."""
+
+    @property
+    def refusal(self) -> str:
+        """The one line saying why the layout cannot fit ("" when it fits or is unchecked)."""
+        if not self.gpu_bytes:
+            return ""
+        shared = self.placement is not None and self.placement.shared
+        trainer = sum(self.trainer.values()) + (sum(self.engine.values()) if shared else 0)
+        if trainer > self.gpu_bytes:
+            what = "a trainer rank and the engine need" if shared else "a trainer rank needs"
+            return (f"does not fit: {what} {gib(trainer):.1f} GiB per GPU, the GPUs have "
+                    f"{gib(self.gpu_bytes):.1f} GiB; {self.advice()}")
+        if self.engine and not shared and sum(self.engine.values()) > self.engine_budget:
+            return (f"does not fit: the engine needs {gib(self.engine):.1f} GiB, "
+                    f"engine.memory_fraction allows {gib(self.engine_budget):.1f} GiB of its "
+                    "GPU: lower engine.kv_cache_gib or raise engine.memory_fraction")
+        return ""
+
+    def advice(self) -> str:
+        """The largest micro-batch (in tokens) that would fit, as a setting."""
+        packed = dataclasses.replace(self.layout, padded_rows=0)
+        one, two = (sum(trainer_memory(self.shape, dataclasses.replace(packed, micro_tokens=n))
+                        .values()) for n in (1, 2))
+        room = self.gpu_bytes - (one - (two - one))
+        if self.placement is not None and self.placement.shared:
+            room -= sum(self.engine.values())
+        tokens = int(room // (two - one)) // 1024 * 1024 if room > 0 else 0
+        if tokens < 1024:
+            return ("the state alone does not fit: more ranks (policy.sharding fsdp2), or "
+                    "larger GPUs")
+        return (f"set offpolicy.micro_batch_tokens to {tokens} or less (now "
+                f"{self.layout.micro_tokens} tokens per micro-batch)")
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["placement"] = None if self.placement is None else {
+            "train": list(self.placement.train), "generate": list(self.placement.generate)}
+        out["fits"] = not self.refusal
+        out["refusal"] = self.refusal
+        out["trainer_gib"] = gib(self.trainer)
+        out["engine_gib"] = gib(self.engine) if self.engine else 0.0
+        return out
+
+
+def launch_ranks(gpus: int, cfg: RunConfig, ranks: int | None) -> tuple[int, int]:
+    """(trainer ranks per node, in all): the launcher's (torchrun/accelerate: LOCAL_WORLD_SIZE,
+    WORLD_SIZE), else `ranks`, else one per GPU the engine leaves free (every GPU with
+    engine.servers), one on a CPU."""
+    if "LOCAL_WORLD_SIZE" in os.environ:
+        local = int(os.environ["LOCAL_WORLD_SIZE"])
+        return local, int(os.environ.get("WORLD_SIZE", local))
+    if ranks is None:
+        tp = cfg.engine.tensor_parallel_size
+        spare = gpus - (0 if cfg.engine.servers else tp)
+        ranks = spare if spare >= 1 else max(1, gpus)
+    return ranks, ranks
+
+
+def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
+             ranks: int | None = None) -> DryRun:
+    """The dry run of `cfg` whose model's config.json is in `config_dir`; PlacementError when
+    the ranks or the engine cannot be placed on `gpus` GPUs per node."""
+    shape = model_shape(config_dir)
+    local, world = launch_ranks(gpus, cfg, ranks)
+    e, o = cfg.engine, cfg.offpolicy
+    placement = None
+    if gpus and not e.servers:
+        visible = [str(i) for i in range(gpus)]
+        placement = plan_placement(visible, local, e.tensor_parallel_size, e.devices,
+                                   exclusive=e.weight_transfer == "nccl")
+    layout = trainer_layout(cfg, world)
+    engine = {} if e.servers else engine_memory(shape, dtype=e.dtype, kv_gib=e.kv_cache_gib,
+                                                tp=e.tensor_parallel_size)
+    kv_tokens = e.kv_cache_gib * GIB / kv_bytes_per_token(shape, e.dtype, e.tensor_parallel_size)
+    per_step = o.prompts_per_step * o.rollouts_per_prompt
+    in_flight = (per_step * (o.max_lag + 1) if o.mode == "pipelinerl" else per_step * o.k)
+    return DryRun(model=cfg.policy.model, shape=shape, gpus=gpus, gpu_bytes=gpu_bytes,
+                 ranks=world, placement=placement, layout=layout,
+                 trainer=trainer_memory(shape, layout), engine=engine,
+                 engine_budget=int(e.memory_fraction * gpu_bytes),
+                 kv_sequences=kv_tokens / e.max_model_len, rollouts_per_step=per_step,
+                 in_flight=in_flight, publish_bytes=shape.params * BYTES[e.dtype])
+
+
+def config_dir(model: str) -> str:
+    """The directory of `model`'s config.json: a local directory, the tiny model's, or a hub
+    id's (that one file fetched, or read from the Hugging Face cache)."""
+    from pathlib import Path
+
+    if model == "tiny":
+        from scalerl.models import resolve_model
+
+        return resolve_model(model)
+    if Path(model).is_dir():
+        return model
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return str(Path(hf_hub_download(model, "config.json")).parent)
+    except Exception as e:  # noqa: BLE001 - offline, no such repository, no network: one line
+        raise ValueError(f"policy.model = {model!r}: no local directory, and its config.json "
+                         f"could not be fetched or found in the Hugging Face cache "
+                         f"({type(e).__name__}); give a directory holding config.json") from e
+
+
+def table(run: DryRun) -> list[str]:
+    """The per-GPU memory of a trainer rank and of the engine, part by part, in GiB."""
+    parts = list(dict.fromkeys([*run.trainer, *run.engine]))
+    lines = [f"{'GiB':<16}{'trainer rank':>14}{'engine':>10}"]
+    for part in parts:
+        t = f"{gib(run.trainer[part]):.1f}" if part in run.trainer else "-"
+        g = f"{gib(run.engine[part]):.1f}" if part in run.engine else "-"
+        lines.append(f"{part:<16}{t:>14}{g:>10}")
+    engine_total = f"{gib(run.engine):.1f}" if run.engine else "-"
+    lines.append(f"{'total':<16}{gib(run.trainer):>14.1f}{engine_total:>10}")
+    return lines
+
+
+def describe(run: DryRun) -> list[str]:
+    """The dry run as printed lines."""
+    s = run.shape
+    lines = [f"model {run.model}: {s.params / 1e9:.3f}B parameters, {s.layers} layers, hidden "
+             f"{s.hidden}, vocab {s.vocab}{', tied head' if s.tied else ''} (config.json, on "
+             "meta)"]
+    if run.placement is not None:
+        lines.append(f"{run.gpus} GPUs x {gib(run.gpu_bytes):.1f} GiB; {run.placement.describe()}"
+                     f"; {run.ranks} trainer ranks")
+    elif run.gpus:
+        lines.append(f"{run.gpus} GPUs x {gib(run.gpu_bytes):.1f} GiB, all training; the engine "
+                     f"is on engine.servers; {run.ranks} trainer ranks")
+    else:
+        lines.append("no GPU seen or told of (--gpus N --gpu-gib G): the fit is not checked")
+    t = run.layout
+    how = (f"{t.padded_rows} rows padded to {t.micro_tokens // t.padded_rows}" if t.padded_rows
+           else "rows packed")
+    lines.append(f"micro-batch: {t.micro_tokens} tokens ({how}); per trainer rank, "
+                 f"{'FSDP2 over ' + str(t.ranks) if t.sharded else 'whole'}:")
+    lines += table(run)
+    if run.engine:
+        lines.append(f"engine: {gib(run.engine):.1f} GiB of its {gib(run.engine_budget):.1f} "
+                     "GiB (engine.memory_fraction)" if run.engine_budget else
+                     f"engine: {gib(run.engine):.1f} GiB")
+    lines.append(f"KV cache: {run.kv_sequences:.1f} full-length sequences; "
+                 f"{run.rollouts_per_step} rollouts per step, {run.in_flight} in flight")
+    lines.append(f"each publish sends {gib(run.publish_bytes):.1f} GiB of weights")
+    lines.append(("fits" if run.gpu_bytes else "not checked") if not run.refusal
+                 else run.refusal)
+    return lines
+
+
+def dry_run(cfg: RunConfig, *, gpus: int | None, gpu_gib: float | None,
+            ranks: int | None = None) -> DryRun:
+    """The dry run on the GPUs told of, else on those this machine sees (PlacementError when
+    the ranks or the engine cannot be placed)."""
+    if gpus is None or gpu_gib is None:
+        import torch
+
+        seen = torch.cuda.device_count()
+        gpus = seen if gpus is None else gpus
+        if gpu_gib is None:
+            gpu_gib = torch.cuda.get_device_properties(0).total_memory / GIB if seen else 0.0
+    return plan_run(cfg, config_dir(cfg.policy.model), gpus=gpus, gpu_bytes=int(gpu_gib * GIB),
+                    ranks=ranks)
+
+
+__all__ = ["DryRun", "PlacementError", "describe", "dry_run", "plan_run", "table"]

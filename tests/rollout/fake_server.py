@@ -1,0 +1,83 @@
+"""A stand-in for a vLLM server's HTTP control routes, for behaviour a real server cannot be made
+to show on demand: a server still starting, a `/get_world_size` that answers late or never, an
+`/update_weights` that takes minutes (an 8B broadcast). Serves on loopback from a thread and
+records every call. It generates nothing (the real servers of tests/conftest.py do)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from aiohttp import web
+
+
+class FakeServer:
+    def __init__(self, model_root: str, *, world_size: int = 1, world_size_delay_s: float = 0.0,
+                 update_delay_s: float = 0.0, max_model_len: int = 1024,
+                 down_for_s: float = 0.0):
+        self.model_root, self.world_size = model_root, world_size
+        self.world_size_delay_s, self.update_delay_s = world_size_delay_s, update_delay_s
+        self.max_model_len = max_model_len
+        self.down_for_s = down_for_s
+        self.up_at: float | None = None
+        """`down_for_s` after its first call; until then every call gets HTTP 503 (a server
+        still starting)."""
+        self.label = "default"
+        self.calls: list[str] = []
+        self.rpcs: list[str] = []
+        """The methods `/collective_rpc` was asked to run."""
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._closing = asyncio.Event()
+        app = web.Application()
+        app.router.add_route("*", "/{path:.*}", self._handle)
+        self._runner = web.AppRunner(app)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        path = "/" + request.match_info["path"]
+        self.calls.append(path)
+        if self.up_at is None:
+            self.up_at = time.monotonic() + self.down_for_s
+        if time.monotonic() < self.up_at:
+            return web.json_response({"error": "starting"}, status=503)
+        body = await request.json() if request.can_read_body else {}
+        if path == "/v1/models":
+            return web.json_response({"data": [{"max_model_len": self.max_model_len,
+                                                "root": self.model_root}]})
+        if path == "/get_world_size":
+            if self.world_size_delay_s < 0:  # never answers (until closed)
+                await self._closing.wait()
+            await asyncio.sleep(self.world_size_delay_s)
+            return web.json_response({"world_size": self.world_size})
+        if path == "/weight_info":
+            return web.json_response({"weight_version": self.label})
+        if path == "/update_weight_version":
+            self.label = body["new_version"]
+        if path == "/update_weights":
+            await asyncio.sleep(self.update_delay_s)
+        if path == "/collective_rpc":
+            self.rpcs.append(body["method"])
+            info = {"head_dtype": "float32", "dtype": "float32",  # as `scalerl serve` starts
+                    "max_model_len": self.max_model_len}
+            result = info if body["method"] == "scalerl_engine_info" else None
+            return web.json_response({"results": [result] * self.world_size})
+        return web.json_response({})
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._closing.set)
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
