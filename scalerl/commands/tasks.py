@@ -64,7 +64,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def describe(task: Task) -> dict[str, Any]:
-    """name, kind, split sizes and source of a task (reads its data)."""
+    """name, kind, split sizes and source of a task: a built-in benchmark's sizes are its
+    dataset card's (nothing is downloaded, `declared: true`); any other task's data is read."""
+    if task.declared_sizes is not None:
+        return {"name": task.name, "kind": task.kind, "splits": dict(task.declared_sizes),
+                "source": task.source, "declared": True}
     sizes = {split: len(task.samples(split)) for split in task.splits}
     return {"name": task.name, "kind": task.kind, "splits": sizes, "source": task.source}
 
