@@ -149,8 +149,9 @@ class HubTask(Task):
             except (ValueError, KeyError, TypeError) as exc:
                 text = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
                 what = f"no column {text!r}" if isinstance(exc, KeyError) else str(text)
+                present = ", ".join(k for k, v in row.items() if v is not None)
                 raise DataError(f"{self.name}: {where}: row {n}: {what} (columns: "
-                                f"{', '.join(row)})") from exc
+                                f"{present})") from exc
         if not out:
             raise DataError(f"{self.name}: {where}: no rows" + (
                 f" in {self.label}" if self.label else ""))
