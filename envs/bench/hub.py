@@ -82,8 +82,9 @@ def is_cached(source: HubSource) -> bool:
 
 
 def data_hint(name: str) -> str:
-    return (f"give a local copy with --data {name}=PATH (a jsonl/json/parquet file or a "
-            "save_to_disk directory in the hub's schema)")
+    """The `--data` fix for task `name` (a family's name for `family:<rest>`)."""
+    return (f"give a local copy with --data {name.split(':', 1)[0]}=PATH (a jsonl/json/parquet "
+            "file or a save_to_disk directory in the hub's schema)")
 
 
 def availability_problem(name: str, source: HubSource, local: str | None) -> str | None:
