@@ -233,7 +233,8 @@ def test_top_p_reaches_the_engine_a_tiny_nucleus_is_greedy(engine):
     samples = list(get_task("arith").samples("test")[:2])
     budget = Budget(thinking=None, answer=12)
     greedy = engine.generate(samples, n=1, budget=budget, temperature=0.0, seed=1)
-    nucleus = engine.generate(samples, n=1, budget=budget, temperature=1.0, seed=1, top_p=1e-6)
-    free = engine.generate(samples, n=2, budget=budget, temperature=1.0, seed=1)
-    assert [r.token_ids for r in nucleus] == [r.token_ids for r in greedy]
-    assert [r.token_ids for r in free[::2]] != [r.token_ids for r in greedy]  # T=1 differs
+    # at T=2 the distribution is flatter; a nucleus of 1e-6 still keeps only the top token
+    nucleus = engine.generate(samples, n=2, budget=budget, temperature=2.0, seed=1, top_p=1e-6)
+    free = engine.generate(samples, n=2, budget=budget, temperature=2.0, seed=1)
+    assert {r.token_ids for r in nucleus} == {r.token_ids for r in greedy}
+    assert {r.token_ids for r in free} - {r.token_ids for r in greedy}  # T=2 alone diverges
