@@ -101,6 +101,22 @@ def test_overlap_counts_same_prompts_and_shared_13_word_runs():
     assert found.examples == ("0", "1")
 
 
+def test_tasks_list_shows_hub_ids_and_card_sizes_and_show_reads_a_copy(copies, capsys):
+    assert cli.main(["tasks", "list", "--json", *data_flags(copies, "mbpp")]) == 0
+    rows = {r["name"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert rows["math500"]["splits"] == {"test": 500} and rows["math500"]["declared"]
+    assert rows["math500"]["source"] == "hub HuggingFaceH4/MATH-500 (test)"
+    assert rows["deepcoder"]["splits"] == {"train": 24287}
+    assert rows["mbpp"]["splits"] == {"test": 5} and "declared" not in rows["mbpp"]
+    family = rows["livecodebench:<name>"]["source"]
+    assert family.endswith("(hub livecodebench/code_generation_lite)")
+    assert cli.main(["tasks", "show", "livecodebench:2025-01..2025-02", "-n", "1",
+                     *data_flags(copies, "livecodebench")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("livecodebench:2025-01..2025-02 (code), split test: 2 samples")
+    assert "class Solution:\n    def sumOf(self, nums: List[int]) -> int:" in out
+
+
 def test_tasks_overlap_prints_the_planted_overlap(copies, capsys):
     argv = ["tasks", "overlap", "math500", "polaris", *data_flags(copies, "math500", "polaris")]
     assert cli.main(argv) == 0
