@@ -85,7 +85,10 @@ def contamination_lines(c: dict[str, Any] | None) -> list[str]:
     if not c:
         return ["## Contamination", "", "No training tasks known (evaluate a run directory, or "
                 "give --train-tasks NAMES): not checked.", ""]
-    lines = ["## Contamination", "", f"Benchmark problems also in the training tasks "
+    skipped = [f"- not checked against {line}" for line in c.get("skipped", [])]
+    if not c["train_tasks"]:
+        return ["## Contamination", "", *skipped, ""]
+    lines = ["## Contamination", "", *skipped, f"Benchmark problems also in the training tasks "
              f"({', '.join(c['train_tasks'])}): same normalised prompt, or a shared 13-word "
              "run.", "", "| benchmark | problems | same prompt | 13-gram | contaminated | "
              "examples |", "|---|---|---|---|---|---|"]

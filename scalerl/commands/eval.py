@@ -54,6 +54,8 @@ class Plan:
     """How they are graded: the run's sandbox and verifier settings, else this machine's."""
     train_tasks: dict = field(default_factory=dict)
     """The training tasks the benchmarks are checked against (the run's, or --train-tasks)."""
+    train_skipped: tuple = ()
+    """Training tasks whose data cannot be had here (one line each): not checked against."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -147,7 +149,7 @@ def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
     """Settings, models and engine of a --model run; ValueError before any engine starts."""
     from scalerl.eval_report import resolve_models
     from scalerl.local_data import parse_data, resolve_tasks
-    from scalerl.preflight import check_tasks
+    from scalerl.preflight import check_tasks, task_problems
 
     if any(v is not None and v < 1 for v in (args.n, args.limit, args.chunk)):
         raise ValueError("--n, --limit and --chunk must be >= 1")
@@ -167,13 +169,16 @@ def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
     for task in objects.values():
         task.check_split(args.split)
     graded = grading(args, run_cfg.grading if run_cfg is not None else None)  # as it trained
-    check_tasks([*objects.values(), *train.values()], graded)
+    check_tasks(objects.values(), graded)
+    problems = {n: task_problems([t], graded) for n, t in train.items()}
+    skipped = tuple(line for lines in problems.values() for line in lines)  # not fatal: skipped
+    train = {n: t for n, t in train.items() if not problems[n]}
     models = resolve_models(args.model)
     engine = engine_config(args, models[0].path, run_cfg.engine if run_cfg else None)
     settings = eval_settings(args, run_cfg, names, ks, engine.max_model_len)
     fp32_head = args.fp32_head if args.fp32_head is not None else (
         run_cfg.policy.fp32_head if run_cfg else True)
-    return Plan(settings, models, engine, fp32_head, objects, graded, train)
+    return Plan(settings, models, engine, fp32_head, objects, graded, train, skipped)
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -232,20 +237,31 @@ def _fit(budget, max_model_len: int, task: str, notes: list[str]):
 
 def contamination_of(plan: Plan) -> dict | None:
     """Each benchmark's problems (its whole evaluated split) against the training tasks' train
-    splits; None when no training task is known."""
+    splits; None when no training task is known. A training task whose data cannot be had or
+    read here is skipped, with its one line in `skipped`."""
     from scalerl.contamination import report
+    from scalerl.envs.data import DataError
 
-    if not plan.train_tasks:
-        return None
-    train = {n: t.samples("train") for n, t in plan.train_tasks.items() if "train" in t.splits}
+    skipped, train = list(plan.train_skipped), {}
+    for name, task in plan.train_tasks.items():
+        try:
+            if "train" in task.splits:
+                train[name] = task.samples("train")
+        except (DataError, ValueError) as exc:
+            skipped.append(f"task {name!r}: {exc}")
+    if not train:
+        return {"train_tasks": [], "skipped": skipped, "benchmarks": {}} if skipped else None
     benchmarks = {n: t.samples(plan.settings.split) for n, t in plan.tasks.items()}
-    return {"train_tasks": list(train), "benchmarks": report(benchmarks, train)}
+    return {"train_tasks": list(train), "skipped": skipped,
+            "benchmarks": report(benchmarks, train)}
 
 
 def print_contamination(found: dict | None) -> None:
     if found is None:
         print("contamination: not checked (no training tasks; give --train-tasks NAMES)")
         return
+    for line in found["skipped"]:
+        print(f"contamination: not checked against {line}")
     for name, row in found["benchmarks"].items():
         print(f"contamination: {name}: {row['contaminated']} of {row['problems']} problems in "
               f"{', '.join(found['train_tasks'])} ({row['exact']} same prompt, "

@@ -173,6 +173,23 @@ def test_eval_offline_without_copy_stops_in_preflight_naming_hub_id_and_fix(
                    "in the hub's schema)"]
 
 
+def test_a_training_task_without_data_here_is_skipped_not_fatal(copies, model, tmp_path,
+                                                                monkeypatch):
+    from scalerl.commands.eval import contamination_of
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    for var in ("HF_HUB_CACHE", "HF_DATASETS_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    plan = plan_of(["--model", model, "--tasks", "math500", "--train-tasks", "deepscaler,polaris",
+                    "--out", str(tmp_path / "o"), *data_flags(copies, "math500", "polaris")])
+    assert list(plan.train_tasks) == ["polaris"]
+    assert plan.train_skipped[0].startswith("task 'deepscaler' cannot be verified here: hub "
+                                            "dataset agentica-org/DeepScaleR-Preview-Dataset")
+    found = contamination_of(plan)
+    assert found["train_tasks"] == ["polaris"] and found["benchmarks"]["math500"]["exact"] == 1
+
+
 def test_eval_data_for_a_task_not_evaluated_is_one_line(copies, model, tmp_path, capsys):
     assert cli.main(["eval", "--model", model, "--tasks", "gsm8k", "--out", str(tmp_path),
                      *data_flags(copies, "gsm8k", "mbpp")]) == 2
