@@ -188,3 +188,16 @@ def test_answer_readers():
 def test_evalplus_tests_using_numpy_beyond_the_helpers_are_refused():
     with pytest.raises(ValueError, match="uses numpy beyond its assertion helpers"):
         adapt_plus_test(bf.EVALPLUS_HEADER + "x = np.zeros(3)\n", "f")
+
+
+def test_the_docs_tables_name_every_builtin_with_its_hub_id_and_size():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    page = (root / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    for bench in BENCHMARKS.values():
+        assert f"`{bench.source.repo}`" in page and bench.source.repo in readme, bench.name
+        assert f"`{bench.name}`" in page, bench.name
+        if bench.size_exact:
+            assert f"({bench.size:,})" in page, (bench.name, bench.size)
