@@ -163,6 +163,8 @@ def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
         raise ValueError("--model needs --out DIR, and --tasks A,B unless it is a run dir "
                          "(whose config.yaml names its tasks)")
     names = _names(args.tasks) if args.tasks else tuple(t.name for t in run_cfg.tasks)
+    if not names:
+        raise ValueError(f"--tasks {args.tasks!r} names no task; e.g. --tasks math500,gsm8k")
     data = parse_data(args.data)
     train = _train_mix(args, run_cfg, data)
     objects = resolve_tasks(names, data, also=train)
