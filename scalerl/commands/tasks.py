@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from scalerl.envs.base import SPLITS, dumps
+from scalerl.envs.bench import HubTask
 from scalerl.envs.catalog import prefixes, task_names
 from scalerl.envs.data import DataError
 from scalerl.envs.registry import UnknownTaskError
@@ -82,11 +83,14 @@ def run(args: argparse.Namespace) -> int:
 def describe(task: Task) -> dict[str, Any]:
     """name, kind, split sizes and source of a task: a built-in benchmark's sizes are its
     dataset card's (nothing is downloaded, `declared: true`); any other task's data is read."""
+    row: dict[str, Any] = {"name": task.name, "kind": task.kind}
     if task.declared_sizes is not None:
-        return {"name": task.name, "kind": task.kind, "splits": dict(task.declared_sizes),
-                "source": task.source, "declared": True}
-    sizes = {split: len(task.samples(split)) for split in task.splits}
-    return {"name": task.name, "kind": task.kind, "splits": sizes, "source": task.source}
+        row.update(splits=dict(task.declared_sizes), source=task.source, declared=True)
+    else:
+        row.update(splits={s: len(task.samples(s)) for s in task.splits}, source=task.source)
+    if isinstance(task, HubTask):  # a built-in benchmark: how the reports grade it
+        row["grading"] = task.bench.grading
+    return row
 
 
 def list_tasks(*, as_json: bool, data: dict | None = None) -> int:
