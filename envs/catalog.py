@@ -1,6 +1,7 @@
 """Every task scalerl can find: the built-ins, `scalerl.tasks` plugins and `$SCALERL_TASKS` files.
 
-Importing this module registers the built-in tasks and kinds (static imports); plugins' entry
+Importing this module registers the built-in tasks and kinds (static imports, the benchmarks of
+envs/bench/ among them); plugins' entry
 points and the task files named in `$SCALERL_TASKS` are loaded once, at the first lookup. The
 lookups here (`get_task`, `get_kind`, `task_names`, `kinds`, `prefixes`) are the ones everything
 above envs uses; envs/registry.py keeps the tables and the raw lookups. Nothing here builds a
@@ -15,6 +16,7 @@ from importlib import metadata
 
 import scalerl.envs.kinds as kind_registry
 import scalerl.envs.registry as registry
+from scalerl.envs import bench as _bench  # noqa: F401 - the field's benchmarks and training sets
 from scalerl.envs.code import tasks as _code_tasks  # noqa: F401 - humaneval, synth_code
 from scalerl.envs.code import verifier as _code_kind  # noqa: F401 - the `code` kind
 from scalerl.envs.kinds import Kind

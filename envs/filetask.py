@@ -60,6 +60,14 @@ class FileTask(Task):
         self.duplicates = 0
         """Rows dropped as duplicates (within the data, or of a held-out prompt), once loaded."""
 
+    def with_data(self, path: str) -> FileTask:
+        """The same task (kind, fields, splits, options) reading `path` instead of `data`."""
+        return FileTask(self.name, self.kind, str(path), test_data=self.test_data,
+                        fields=self.fields, test_fraction=self.test_fraction,
+                        val_fraction=self.val_fraction, seed=self.seed,
+                        system_prompt=self._system_prompt, requires_thinking=self.requires_thinking,
+                        options=self.options)
+
     @property
     def system_prompt(self) -> str | None:  # type: ignore[override]
         if self._system_prompt is not None:

@@ -43,6 +43,9 @@ class Task:
     """Where the data comes from (a path, a package, a generator), shown by `scalerl tasks list`."""
     options: Mapping[str, Any] = MappingProxyType({})
     """Keyword options for the kind's verifier (e.g. `boxed_only`, `test_timeout_s`)."""
+    declared_sizes: Mapping[str, int] | None = None
+    """Split sizes known without reading the data (a hub benchmark's, from its dataset card):
+    `scalerl tasks list` shows these instead of downloading; None: read the data to count."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -70,6 +73,13 @@ class Task:
         and the run's `grading` settings (its sandbox, the math pool's size). May raise: `score`
         turns an exception into an `error` verdict."""
         return lookup_kind(self.kind).score(sample, completion, self.verifier_options(), grading)
+
+    def with_data(self, path: str) -> Task:
+        """This task reading its rows from `path` (a local copy in its source's schema: `--data
+        NAME=PATH`, a run config's `data:`). Default: a ValueError naming the task, for tasks
+        that read no data file (synthetic ones); data-backed tasks override it."""
+        raise ValueError(f"task {self.name!r} reads no data file, so --data/data: cannot give it "
+                         "a local copy (built-in benchmarks, training sets and task specs can)")
 
     def verifier_options(self) -> dict[str, Any]:
         return {"requires_thinking": self.requires_thinking, **self.options}

@@ -77,8 +77,9 @@ class BaseGenerator:
 
     # ---- what a subclass supplies ---------------------------------------------------------
     async def _sample(self, prompt: list[int], max_tokens: int, temperature: float,
-                      seed: int | None) -> Sampled:
-        """One sampling request: up to `max_tokens` tokens after `prompt`."""
+                      seed: int | None, top_p: float = 1.0) -> Sampled:
+        """One sampling request: up to `max_tokens` tokens after `prompt` (nucleus sampling
+        with `top_p` < 1: evaluation protocols only; training samples the full distribution)."""
         raise NotImplementedError
 
     def update_weights(self, named_tensors: Iterable, version: int, *,
@@ -137,12 +138,13 @@ class BaseGenerator:
 
     # ---- one rollout: at most two sampling requests ---------------------------------------
     async def _rollout(self, sample: Sample, group: int, prompt: list[int], budget: Budget,
-                       temperature: float, seed: int | None, score: bool) -> Rollout:
+                       temperature: float, seed: int | None, score: bool,
+                       top_p: float = 1.0) -> Rollout:
         t0 = time.perf_counter()
         rseed = None if seed is None else B.rollout_seed(seed, sample.id, group)
         phrase = self._phrase_ids(budget.phrase)
         plan = B.plan_rollout(budget, len(phrase), rseed or 0)
-        first = await self._sample(prompt, B.first_phase_tokens(plan), temperature, rseed)
+        first = await self._sample(prompt, B.first_phase_tokens(plan), temperature, rseed, top_p)
         step = B.after_first_phase(plan, first.tokens, first.ended, self._think_close, phrase)
         k = step.keep
         interrupted = isinstance(step, B.Continue) and bool(step.forced)
@@ -153,7 +155,8 @@ class BaseGenerator:
             logprobs += [None] * len(step.forced)
             versions += [self._version] * len(step.forced)
             seed2 = None if rseed is None else rseed ^ 0x5EED
-            second = await self._sample(prompt + tokens, step.max_tokens, temperature, seed2)
+            second = await self._sample(prompt + tokens, step.max_tokens, temperature, seed2,
+                                        top_p)
             tokens += second.tokens
             logprobs += second.logprobs
             versions += second.versions
@@ -192,25 +195,26 @@ class BaseGenerator:
     # ---- public generation API ------------------------------------------------------------
     def stream(self, samples: Iterable[Sample], *, n: int = 1, budget: Budget | None = None,
                temperature: float = 1.0, seed: int | None = 0, score: bool = True,
-               max_in_flight: int | None = None) -> Iterator[Rollout]:
+               max_in_flight: int | None = None, top_p: float = 1.0) -> Iterator[Rollout]:
         """Yield each Rollout as soon as it is generated and scored.
 
         `samples` is consumed lazily (an endless iterator works); at most `max_in_flight` rollouts
         are generating or waiting to be read (default: unbounded). `rollout.group` is its index
         among the `n` of its sample and `rollout.meta["index"]` the sample's position in
         `samples`. `score=False` skips the verdicts. A prompt too long for `max_model_len`
-        yields n `prompt_too_long` rollouts (never sent).
+        yields n `prompt_too_long` rollouts (never sent). `top_p` < 1 samples from the nucleus
+        (evaluation protocols such as DeepSeek-R1's top-p 0.95; the trainer keeps 1.0).
         """
         budget = budget or Budget()
-        if n <= 0 or temperature < 0:
-            raise ValueError(f"need n > 0 and temperature >= 0, got n={n}, "
-                             f"temperature={temperature}")
+        if n <= 0 or temperature < 0 or not 0 < top_p <= 1:
+            raise ValueError(f"need n > 0, temperature >= 0 and 0 < top_p <= 1, got n={n}, "
+                             f"temperature={temperature}, top_p={top_p}")
         self._scorer()  # no scorer: one line now, not an error per rollout
         out: queue.Queue = queue.Queue()
         slots: list = [None]
         job = asyncio.run_coroutine_threadsafe(
-            self._drive(iter(samples), n, budget, temperature, seed, score, max_in_flight, out,
-                        slots), self._loop)
+            self._drive(iter(samples), n, budget, (temperature, top_p), seed, score,
+                        max_in_flight, out, slots), self._loop)
         try:
             while True:
                 item = out.get()
@@ -224,7 +228,7 @@ class BaseGenerator:
         finally:
             job.cancel()
 
-    async def _drive(self, samples, n, budget, temperature, seed, score, max_in_flight,
+    async def _drive(self, samples, n, budget, sampling, seed, score, max_in_flight,
                      out: queue.Queue, slots: list) -> None:
         sem = asyncio.Semaphore(max_in_flight) if max_in_flight else None
         slots[0] = sem
@@ -249,7 +253,7 @@ class BaseGenerator:
                         out.put(rollout)
                         continue
                     task = asyncio.ensure_future(self._tagged(
-                        index, sample, group, prompt, budget, temperature, seed, score))
+                        index, sample, group, prompt, budget, sampling, seed, score))
                     tasks.add(task)
                     task.add_done_callback(finished)
             while tasks:
@@ -263,17 +267,19 @@ class BaseGenerator:
         finally:
             out.put(_END)
 
-    async def _tagged(self, index, sample, group, prompt, budget, temperature, seed, score):
-        rollout = await self._rollout(sample, group, prompt, budget, temperature, seed, score)
+    async def _tagged(self, index, sample, group, prompt, budget, sampling, seed, score):
+        temperature, top_p = sampling
+        rollout = await self._rollout(sample, group, prompt, budget, temperature, seed, score,
+                                      top_p)
         rollout.meta["index"] = index
         return rollout
 
     def generate(self, samples: Sequence[Sample], *, n: int = 1, budget: Budget | None = None,
                  temperature: float = 1.0, seed: int | None = 0,
-                 score: bool = True) -> list[Rollout]:
+                 score: bool = True, top_p: float = 1.0) -> list[Rollout]:
         """All rollouts, ordered by sample then group (sample i's rollouts at i*n .. i*n+n-1)."""
         rollouts = list(self.stream(samples, n=n, budget=budget, temperature=temperature,
-                                    seed=seed, score=score))
+                                    seed=seed, score=score, top_p=top_p))
         return sorted(rollouts, key=lambda r: (r.meta["index"], r.group))
 
     def _scorer(self) -> Scorer:

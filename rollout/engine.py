@@ -79,9 +79,9 @@ class EngineGenerator(BaseGenerator):
 
     # ---- one engine request ---------------------------------------------------------------
     async def _sample(self, prompt: list[int], max_tokens: int, temperature: float,
-                      seed: int | None) -> Sampled:
+                      seed: int | None, top_p: float = 1.0) -> Sampled:
         await self._gate.wait()  # never start a request in the middle of a weight update
-        params = self._params(max_tokens, temperature, seed)
+        params = self._params(max_tokens, temperature, seed, top_p)
         version, rid = self._version, f"r{next(self._ids)}"
         self._live[rid] = [(0, version)]
         # The salt keeps a request started after an update off KV blocks computed under older
@@ -327,15 +327,17 @@ def freeze_heap() -> None:
 
 
 def sampling_params_factory():
-    """`(max_tokens, temperature, seed) -> SamplingParams` for one rollout phase: the sampled
-    token's logprob only (flat), no top-p/top-k, no detokenization, the final output only."""
+    """`(max_tokens, temperature, seed, top_p=1.0) -> SamplingParams` for one rollout phase: the
+    sampled token's logprob only (flat), no top-k, top-p 1 unless an evaluation protocol asks for
+    a nucleus, no detokenization, the final output only."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
     final = RequestOutputKind.FINAL_ONLY
 
-    def make(max_tokens: int, temperature: float, seed: int | None) -> SamplingParams:
-        return SamplingParams(n=1, temperature=temperature, top_p=1.0, top_k=0,
+    def make(max_tokens: int, temperature: float, seed: int | None,
+             top_p: float = 1.0) -> SamplingParams:
+        return SamplingParams(n=1, temperature=temperature, top_p=top_p, top_k=0,
                               max_tokens=max_tokens, seed=seed, logprobs=0, flat_logprobs=True,
                               detokenize=False, output_kind=final)
     return make

@@ -135,6 +135,10 @@ class TaskResult:
     mean_thinking_tokens: float | None
     mean_answer_tokens: float | None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    truncated: int | None = None
+    """Rollouts that ran out of a token budget (None: finish reasons not recorded)."""
+    interrupted: int | None = None
+    """Rollouts whose thinking was cut at its budget (forced interruption)."""
 
     @property
     def mean_key(self) -> str:
@@ -148,6 +152,7 @@ class TaskResult:
                  n=self.n_min if self.n_min == self.n_max else [self.n_min, self.n_max])
         d.update({f"{s}_frac": v for s, v in self.status_frac.items() if s != "correct"})
         d.update(truncated_frac=self.truncated_frac, interrupted_frac=self.interrupted_frac,
+                 truncated=self.truncated, interrupted=self.interrupted,
                  mean_length=self.mean_length, mean_thinking_tokens=self.mean_thinking_tokens,
                  mean_answer_tokens=self.mean_answer_tokens)
         if self.notes:
@@ -220,6 +225,8 @@ def summarize(name: str, records: Sequence[Record], ks: Sequence[int]) -> TaskRe
             pass_at[k] = float(np.mean([pass_at_k(int(n), int(c), k)
                                         for n, c in zip(ns, cs, strict=True)]))
     status_frac = {s: sum(r.status == s for r in records) / len(records) for s in STATUSES}
+    truncated, interrupted = (_count(records, f) for f in (
+        _frac_or_none(records, "truncated"), _interrupted_frac(records)))
     return TaskResult(
         name=name, samples=len(groups), rollouts=len(records), n_min=n_min, n_max=n_max,
         pass_at=pass_at, mean_at_n=float(np.mean(cs / ns)),
@@ -230,7 +237,12 @@ def summarize(name: str, records: Sequence[Record], ks: Sequence[int]) -> TaskRe
         mean_length=_mean_or_none([r.length for r in records]),
         mean_thinking_tokens=_mean_or_none([r.thinking_tokens for r in records]),
         mean_answer_tokens=_mean_or_none([r.answer_tokens for r in records]),
-        notes=tuple(notes))
+        notes=tuple(notes), truncated=truncated, interrupted=interrupted)
+
+
+def _count(records: Sequence[Record], frac: float | None) -> int | None:
+    """A fraction of `records` back as a count (None stays None)."""
+    return None if frac is None else round(frac * len(records))
 
 
 def aggregate(items: Iterable[Rollout | Mapping[str, Any] | Record],
@@ -250,7 +262,7 @@ def aggregate(items: Iterable[Rollout | Mapping[str, Any] | Record],
 
 class SupportsGenerate(Protocol):
     def generate(self, samples: Sequence[Sample], *, n: int, budget: Budget,
-                 temperature: float, seed: int | None) -> list[Rollout]: ...
+                 temperature: float, seed: int | None, top_p: float = 1.0) -> list[Rollout]: ...
 
 
 def eval_samples(task: Task, split: str = "test", limit: int | None = None) -> list[Sample]:

@@ -176,8 +176,8 @@ class ServerGenerator(BaseGenerator):
             return await super()._rollout(sample, group, prompt, *args)
 
     async def _sample(self, prompt: list[int], max_tokens: int, temperature: float,
-                      seed: int | None) -> Sampled:
-        params = {"n": 1, "temperature": temperature, "top_p": 1.0, "top_k": 0,
+                      seed: int | None, top_p: float = 1.0) -> Sampled:
+        params = {"n": 1, "temperature": temperature, "top_p": top_p, "top_k": 0,
                   "max_tokens": max_tokens, "logprobs": 0, "detokenize": False}
         if seed is not None:
             params["seed"] = seed

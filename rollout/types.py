@@ -78,7 +78,8 @@ class Rollout:
     """Completion tokens, forced interruption tokens included."""
     logprobs: tuple[float | None, ...]
     """Sampling logprob of each completion token (after temperature, no top-p/top-k
-    renormalisation); None for forced tokens."""
+    renormalisation: training samples with top-p 1, top-k off; an evaluation protocol's top-p
+    < 1 leaves these vLLM's processed logprobs); None for forced tokens."""
     versions: tuple[int, ...]
     """Policy version that produced each completion token (forced tokens: the version at
     injection)."""

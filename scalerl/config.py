@@ -45,11 +45,17 @@ class TaskMix:
     budget: Budget = field(default_factory=Budget)
     """Length budget of this task's rollouts (thinking, answer, total, phrase: see
     rollout/types.py `Budget`)."""
+    data: str | None = None
+    """A local copy of the task's data in its source's schema (a jsonl/json/parquet file or a
+    save_to_disk directory), read instead of the hub; None: the task's own source. `scalerl train
+    --data NAME=PATH` sets it."""
 
     SECTION = "task"
 
     def __post_init__(self) -> None:
-        check_fields(self, [(self.weight > 0, "weight", "must be > 0")])
+        check_fields(self, [(self.weight > 0, "weight", "must be > 0"),
+                            (self.data is None or (isinstance(self.data, str) and bool(self.data)),
+                             "data", "must be a path or null")])
 
 
 @dataclass(frozen=True)
@@ -168,9 +174,15 @@ def _task_errors(cfg: RunConfig) -> list[str]:
     errors = []
     for i, t in enumerate(cfg.tasks):
         try:
-            get_task(t.name)
+            task = get_task(t.name)
         except UnknownTaskError as e:
             errors.append(f"tasks[{i}].name: {e}")
+            continue
+        if t.data is not None:
+            try:
+                task.with_data(t.data)
+            except ValueError as e:
+                errors.append(f"tasks[{i}].data: {e}")
     names = [t.name for t in cfg.tasks]
     if len(set(names)) != len(names):
         errors.append(f"tasks: a task appears twice in {names}")

@@ -1,9 +1,11 @@
 """Evaluation reports for `scalerl eval`: checkpoints in, results.json / results.md / plot out.
 
 Adds what the trainer's validation does not need: resolving checkpoints (paths or a run's
-`checkpoints/`), a per-(model, task, sample, seed, sampling settings) rollout cache so a rerun
-after an interruption generates only what is missing, Markdown tables and a plot against step.
-Sample selection, generation call and estimators are `scalerl.rollout.heldout`'s, unchanged.
+`checkpoints/`), the settings of a protocol (per-task n and budgets, top-p) and a per-(model,
+task, sample, seed, sampling settings) rollout cache so a rerun after an interruption generates
+only what is missing. Sample selection, generation call and estimators are
+`scalerl.rollout.heldout`'s, unchanged; the Markdown tables and the plot are
+`scalerl.eval_render`'s.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import json
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from scalerl.envs.base import dumps
+from scalerl.envs.task import Task
+from scalerl.eval_render import task_table, write_report  # noqa: F401 - part of this API
 from scalerl.models import resolve_model
 from scalerl.rollout.heldout import (
     EvalReport,
@@ -125,9 +129,12 @@ def model_key(path: str) -> str:
 
 @dataclass(frozen=True)
 class EvalSettings:
+    """What a `--model` evaluation samples and reports (the protocol's settings, flags applied)."""
+
     tasks: tuple[str, ...]
     split: str = "test"
     n: int = 8
+    """Rollouts per sample of a task not in `n_by_task`."""
     ks: tuple[int, ...] = (1, 4, 8)
     temperature: float = 1.0
     seed: int = 0
@@ -136,25 +143,40 @@ class EvalSettings:
     budgets: tuple[tuple[str, Budget], ...] = ()
     """Per-task budgets (task name, Budget), e.g. a training run's own."""
     limit: int | None = None
+    top_p: float = 1.0
+    """Nucleus sampling mass (an evaluation protocol's, e.g. R1's 0.95)."""
+    n_by_task: tuple[tuple[str, int], ...] = ()
+    """Per-task rollouts per sample (task name, n), e.g. R1's 64 for AIME."""
+    protocol: str = ""
+    """The protocol these settings come from (`--protocol`), recorded in the report."""
+    notes: tuple[str, ...] = ()
+    """What the report should say about the settings (e.g. a budget cut to fit the context)."""
 
     def budget_for(self, task: str) -> Budget:
         return dict(self.budgets).get(task, self.budget)
 
+    def n_for(self, task: str) -> int:
+        return dict(self.n_by_task).get(task, self.n)
+
     def sampling(self, task: str) -> dict[str, Any]:
         """What a cached rollout of `task` depends on, besides the model and the sample: every
         field of its Budget (derived from the dataclass, so a new field joins the key)."""
-        return {"split": self.split, "n": self.n, "temperature": self.temperature,
-                "seed": self.seed, "budget": dataclasses.asdict(self.budget_for(task))}
+        return {"split": self.split, "n": self.n_for(task), "temperature": self.temperature,
+                "top_p": self.top_p, "seed": self.seed,
+                "budget": dataclasses.asdict(self.budget_for(task))}
 
     def key(self, task: str) -> str:
         return hashlib.sha256(dumps(self.sampling(task)).encode()).hexdigest()[:12]
 
     def summary(self) -> dict[str, Any]:
-        """The settings as written to results.json."""
-        return {"tasks": list(self.tasks), "ks": list(self.ks), "limit": self.limit,
-                "split": self.split, "n": self.n, "temperature": self.temperature,
-                "seed": self.seed,
-                "budgets": {t: dataclasses.asdict(self.budget_for(t)) for t in self.tasks}}
+        """The settings as written to results.json: the protocol and every sampling setting,
+        per task."""
+        return {"protocol": self.protocol, "tasks": list(self.tasks), "ks": list(self.ks),
+                "limit": self.limit, "split": self.split, "n": self.n,
+                "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed,
+                "n_by_task": {t: self.n_for(t) for t in self.tasks},
+                "budgets": {t: dataclasses.asdict(self.budget_for(t)) for t in self.tasks},
+                "notes": list(self.notes)}
 
 
 class RolloutCache:
@@ -178,7 +200,7 @@ class RolloutCache:
                 except json.JSONDecodeError:  # a write cut by an interruption: regenerate it
                     continue
                 by_sample.setdefault(str(row["sample_id"]), {})[int(row["group"])] = row
-        n = settings.n
+        n = settings.n_for(task)
         return {sid: [g[i] for i in range(n)] for sid, g in by_sample.items()
                 if all(i in g for i in range(n))}
 
@@ -206,26 +228,27 @@ def log(msg: str) -> None:
 
 def eval_model(ref: ModelRef, settings: EvalSettings, cache: RolloutCache,
                make_generator: Callable[[str], SupportsGenerate], *, chunk: int = 64,
-               ) -> tuple[EvalReport, dict[str, Any]]:
-    """Evaluate one model, generating only the samples the cache lacks; the engine is started
+               tasks: Mapping[str, Task] | None = None) -> tuple[EvalReport, dict[str, Any]]:
+    """Evaluate one model on `tasks` (the Task objects by name; None: the catalogue's, by the
+    names in `settings`), generating only the samples the cache lacks; the engine is started
     (by `make_generator`) only if something is missing."""
     t0 = time.perf_counter()
     generator, rows, generated, cached = None, [], 0, 0
-    from scalerl.envs.catalog import get_task
-
-    for task in [get_task(name) for name in settings.tasks]:
+    for task in _tasks(settings, tasks):
         samples = eval_samples(task, settings.split, settings.limit)
         have = cache.load(ref.path, settings, task.name)
         missing = [s for s in samples if s.id not in have]
         cached += len(samples) - len(missing)
+        n = settings.n_for(task.name)
         log(f"[{ref.label}] {task.name}: {len(samples)} samples, {len(samples) - len(missing)} "
-            f"cached, {len(missing)} to generate (n={settings.n})")
+            f"cached, {len(missing)} to generate (n={n})")
         for i in range(0, len(missing), chunk):
             if generator is None:
                 generator = make_generator(ref.path)
             part = missing[i:i + chunk]
-            out = generator.generate(part, n=settings.n, budget=settings.budget_for(task.name),
-                                     temperature=settings.temperature, seed=settings.seed)
+            out = generator.generate(part, n=n, budget=settings.budget_for(task.name),
+                                     temperature=settings.temperature, seed=settings.seed,
+                                     top_p=settings.top_p)
             new = [r.to_row() for r in out]
             cache.append(ref.path, settings, task.name, new)
             for r in new:
@@ -239,129 +262,34 @@ def eval_model(ref: ModelRef, settings: EvalSettings, cache: RolloutCache,
     return report, info
 
 
+def _tasks(settings: EvalSettings, tasks: Mapping[str, Task] | None) -> list[Task]:
+    if tasks is None:
+        from scalerl.envs.catalog import get_task
+
+        return [get_task(name) for name in settings.tasks]
+    return [tasks[name] for name in settings.tasks]
+
+
 def run_eval(models: Sequence[ModelRef], settings: EvalSettings, out_dir: str | Path,
              make_generator: Callable[[str], SupportsGenerate], *,
              close: Callable[[Any], None] = lambda g: g.close(), chunk: int = 64,
-             ) -> dict[str, Any]:
-    """Evaluate every model, write results.json, results.md (and results.png for several)."""
+             tasks: Mapping[str, Task] | None = None,
+             contamination: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Evaluate every model, write results.json, results.md (and results.png for several).
+    `contamination` (scalerl/contamination.py `report`, with the training tasks' names) is
+    written beside the figures."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cache = RolloutCache(out_dir / "cache")
     entries = []
     for ref in models:
-        report, info = eval_model(ref, settings, cache, make_generator, chunk=chunk)
+        report, info = eval_model(ref, settings, cache, make_generator, chunk=chunk, tasks=tasks)
         generator = info.pop("generator")
         if generator is not None:
             close(generator)
         entries.append({"model": ref.path, "label": ref.label, "step": ref.step,
                         "model_key": model_key(ref.path), **info, **report.to_dict()})
-    results = {"settings": settings.summary(), "models": entries}
+    results = {"settings": settings.summary(), "models": entries,
+               "contamination": contamination}
     write_report(results, out_dir)
     return results
-
-
-# ----------------------------------------------------------------------------------- report
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3f}" if abs(value) < 100 else f"{value:.0f}"
-    return str(value)
-
-
-def _mean_key(d: dict[str, Any]) -> str:
-    return next((k for k in d if k.startswith("mean@")), "mean@n")
-
-
-def task_table(report: dict[str, Any], ks: Sequence[int]) -> list[str]:
-    """Markdown rows: one per task and one overall."""
-    cols = [f"pass@{k}" for k in ks]
-    head = ["task", "samples", "n", *cols, "mean@n", "± s.e.", "truncated", "interrupted", "error",
-            "timeout", "mean length"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, d in [*report["tasks"].items(), ("**overall**", report["overall"])]:
-        cells = [name, d["samples"], d["n"], *[d.get(c) for c in cols], d[_mean_key(d)],
-                 d.get("stderr"), d["truncated_frac"], d["interrupted_frac"], d.get("error_frac"),
-                 d.get("timeout_frac"), d["mean_length"]]
-        lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
-    return lines
-
-
-def comparison_table(results: dict[str, Any]) -> list[str]:
-    """Markdown rows: one per checkpoint, pass@k (first k) per task and overall."""
-    k = results["settings"]["ks"][0]
-    tasks = results["settings"]["tasks"]
-    head = ["model", "step", *[f"{t} pass@{k}" for t in tasks], f"overall pass@{k}"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for e in results["models"]:
-        cells = [e["label"], e["step"], *[e["tasks"].get(t, {}).get(f"pass@{k}") for t in tasks],
-                 e["overall"].get(f"pass@{k}")]
-        lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
-    return lines
-
-
-def markdown(results: dict[str, Any]) -> str:
-    s = results["settings"]
-    lines = [f"# Evaluation: {', '.join(s['tasks'])} ({s['split']} split)", "",
-             f"n={s['n']} rollouts per sample, temperature {s['temperature']}, seed {s['seed']}"
-             + (f", {s['limit']} evenly spaced samples per task" if s["limit"] else "") + ". "
-             + "Budgets: " + "; ".join(
-                 f"{t}: thinking {b['thinking']}, answer {b['answer']}, total {b['total']}"
-                 for t, b in s["budgets"].items()) + ".",
-             "pass@k is the unbiased estimator (Chen et al. 2021); mean@n is the mean over "
-             "samples of the fraction of correct rollouts.", ""]
-    if len(results["models"]) > 1:
-        lines += ["## Comparison", "", *comparison_table(results), "",
-                  "![pass@k against step](results.png)", ""]
-    for e in results["models"]:
-        lines += [f"## {e['label']}", "", f"`{e['model']}`: {e['generated_samples']} samples "
-                  f"generated, {e['cached_samples']} from the cache, {e['seconds']:.1f} s.", "",
-                  *task_table(e, s["ks"]), ""]
-        parts = [*e["tasks"].values(), e["overall"]]
-        notes = sorted({n for d in parts for n in d.get("notes", [])})
-        lines += [f"- {n}" for n in notes] + ([""] if notes else [])
-    return "\n".join(lines)
-
-
-def plot(results: dict[str, Any], path: Path) -> None:
-    """pass@k (first k) per task and overall against step (or checkpoint index)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    k = results["settings"]["ks"][0]
-    entries = results["models"]
-    use_step = all(e["step"] is not None for e in entries)
-    xs = [e["step"] if use_step else i for i, e in enumerate(entries)]
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    tasks = results["settings"]["tasks"]
-    series = [(t, [e["tasks"].get(t, {}) for e in entries], {"marker": "o"}) for t in tasks]
-    if len(tasks) > 1:
-        series.append(("overall", [e["overall"] for e in entries],
-                       {"marker": "s", "color": "black", "lw": 2}))
-    for name, ds, style in series:
-        ys = [d.get(f"pass@{k}") for d in ds]
-        err = [d.get("stderr") or 0.0 for d in ds] if k == 1 else None
-        ax.errorbar(xs, [np.nan if y is None else y for y in ys], yerr=err, capsize=3,
-                    label=name, **style)
-    ax.set_xlabel("step" if use_step else "checkpoint")
-    if not use_step:
-        ax.set_xticks(xs, [e["label"] for e in entries], rotation=30, ha="right", fontsize=7)
-    ax.set_ylabel(f"pass@{k} ({results['settings']['split']} split)")
-    ax.set_title(f"held-out pass@{k}, n={results['settings']['n']} per sample"
-                 + (" (bars: +-1 standard error over samples)" if k == 1 else ""), fontsize=10)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
-def write_report(results: dict[str, Any], out_dir: Path) -> None:
-    (out_dir / "results.json").write_text(json.dumps(results, indent=1))
-    (out_dir / "results.md").write_text(markdown(results))
-    if len(results["models"]) > 1:
-        plot(results, out_dir / "results.png")

@@ -182,10 +182,11 @@ def policy_dtype(dtype: str) -> str:
 
 
 def run_tasks(cfg: RunConfig) -> dict:
-    """The run's Task objects by name (the catalogue is read here, once, by the glue)."""
-    from scalerl.envs.catalog import get_task
+    """The run's Task objects by name, each reading its `data:` copy when the config gives one
+    (the catalogue is read here, once, by the glue)."""
+    from scalerl.local_data import task_with_data
 
-    return {t.name: get_task(t.name) for t in cfg.tasks}
+    return {t.name: task_with_data(t.name, t.data) for t in cfg.tasks}
 
 
 def preflight(cfg: RunConfig) -> None:
@@ -194,6 +195,35 @@ def preflight(cfg: RunConfig) -> None:
     from scalerl.preflight import check_tasks
 
     check_tasks(run_tasks(cfg).values(), cfg.grading)
+
+
+def contamination_warnings(cfg: RunConfig, copies: dict | None = None) -> list[str]:
+    """A warning per built-in benchmark whose problems the run's training data holds (with
+    counts), for the benchmarks readable here without a download (`copies`: local copies by
+    name, as `--data` gives them; else a Hugging Face cache); a note for one that fails to
+    load. Nothing is read when no benchmark is at hand."""
+    from scalerl.contamination import report, warnings
+    from scalerl.envs.bench import BENCHMARKS
+    from scalerl.envs.bench.hub import is_cached
+    from scalerl.envs.data import DataError
+    from scalerl.local_data import data_for, task_with_data
+
+    trained = {t.name for t in cfg.tasks}
+    benches, notes = {}, []
+    for name, bench in BENCHMARKS.items():
+        path = data_for(name, copies or {})
+        if bench.role != "benchmark" or name in trained or (
+                path is None and not is_cached(bench.source)):
+            continue
+        try:
+            benches[name] = task_with_data(name, path).samples("test")
+        except (DataError, ValueError) as exc:
+            notes.append(f"note: contamination check of {name} skipped: {exc}")
+    if not benches:
+        return notes
+    train = {name: task.samples("train") for name, task in run_tasks(cfg).items()
+             if "train" in task.splits}
+    return warnings(report(benches, train)) + notes
 
 
 def make_scorer(tasks, grading):

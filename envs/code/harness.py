@@ -119,10 +119,13 @@ def load_candidate(prelude, timeout_s):
 
 
 def resolve(ns, fn_name):
+    """`Solution().fn_name` when the program's Solution class has it (LeetCode / LiveCodeBench
+    style, as their harness prefers), else the module-level `fn_name`."""
+    sol = ns.get("Solution")
+    if _type(sol) is type and hasattr(sol, fn_name):
+        return getattr(sol(), fn_name)
     if fn_name in ns:
         return ns[fn_name]
-    if "Solution" in ns:  # LeetCode / LiveCodeBench style
-        return getattr(ns["Solution"](), fn_name)
     raise NameError("name " + _repr(fn_name) + " is not defined")
 
 

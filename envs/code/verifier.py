@@ -179,15 +179,14 @@ def score_code(
     code = extract_code(completion, requires_thinking)
     if code is None:
         return Score("no_answer", "no code found in the completion")
-    floats = float_outputs or (isinstance(tests, Mapping) and bool(tests.get("float_outputs")))
     try:
-        plan = plan_tests(tests, timeout_s=test_timeout_s, float_tol=float_tol if floats else None)
+        plan, code = _plan(tests, code, float_outputs, float_tol, test_timeout_s)
     except TestFormatError as e:
         return Score("error", f"tests: {e}")
     nonce = secrets.token_hex(16)
     stdin = marshal.dumps(dict(plan.spec, nonce=nonce))  # trusted direction: parent -> harness
     files = {"harness.py": _harness_source(), "prog.py": code.encode("utf-8", "replace")}
-    run_limits = limits or default_limits(plan.n_tests, test_timeout_s, sandbox)
+    run_limits = limits or default_limits(plan.n_tests, plan.spec["timeout_s"], sandbox)
     try:
         res = _backend(sandbox).run(["python", "harness.py"], stdin=stdin, files=files,
                                     limits=run_limits)
@@ -199,6 +198,23 @@ def score_code(
                      time.monotonic() - start)
     results = judge_run(plan, res, nonce)
     return verdict(results, time.monotonic() - start)
+
+
+def _plan(tests: Any, code: str, float_outputs: bool, float_tol: float,
+          test_timeout_s: float) -> tuple[Plan, str]:
+    """The plan of `tests` and the program to run. A problem's own `timeout_s` (e.g. its
+    statement's time limit) overrides the task's `test_timeout_s`, a `float_outputs` flag turns
+    on float comparison, and a stdio problem's `prelude` (e.g. LiveCodeBench's imports) is put
+    before the program, as call tests put it before the candidate's module."""
+    own = tests if isinstance(tests, Mapping) else {}
+    floats = float_outputs or bool(own.get("float_outputs"))
+    timeout = own.get("timeout_s", test_timeout_s)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise TestFormatError(f"timeout_s must be a number > 0, got {timeout!r}")
+    plan = plan_tests(tests, timeout_s=float(timeout), float_tol=float_tol if floats else None)
+    if plan.spec["mode"] == "stdio" and own.get("prelude"):
+        code = f"{own['prelude']}\n{code}"
+    return plan, code
 
 
 @lru_cache(maxsize=1)

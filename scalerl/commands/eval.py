@@ -2,8 +2,11 @@
 
 `--rollouts FILE` aggregates rows (`scalerl generate` output) without a model; `--model PATH...`
 generates through the vLLM engine with a per-sample cache in `--out DIR/cache` and writes
-results.json, results.md and (for several checkpoints) results.png. The estimators are
-`scalerl.rollout.heldout`'s (shared with the trainer's validation); the files are
+results.json, results.md and (for several checkpoints) results.png. The sampling settings come
+from `--protocol` (scalerl/protocols.py: r1, greedy, default, or the run's own, the default for a
+run dir), flags overriding it; the benchmarks' problems are checked against the training tasks
+(the run's, or `--train-tasks`) for contamination (scalerl/contamination.py). The estimators
+are `scalerl.rollout.heldout`'s (shared with the trainer's validation); the files are
 `scalerl.eval_report`'s. This module parses arguments and prints.
 """
 
@@ -12,14 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from scalerl.commands.engine_args import (
-    DEFAULT_BUDGET,
     EngineStartError,
     add_budget_args,
     add_engine_args,
@@ -31,6 +33,8 @@ from scalerl.commands.engine_args import (
     start_generator,
 )
 from scalerl.envs.grading import Grading
+from scalerl.local_data import add_data_arg
+from scalerl.protocols import protocol_names
 from scalerl.rollout.engine_config import EngineConfig
 
 HELP = "evaluate checkpoints on held-out sets (unbiased pass@k, mean@n), or aggregate rollouts"
@@ -48,6 +52,10 @@ class Plan:
     """The Task objects evaluated, by name (what the generator's scorer renders and scores)."""
     grading: Grading
     """How they are graded: the run's sandbox and verifier settings, else this machine's."""
+    train_tasks: dict = field(default_factory=dict)
+    """The training tasks the benchmarks are checked against (the run's, or --train-tasks)."""
+    train_skipped: tuple = ()
+    """Training tasks whose data cannot be had here (one line each): not checked against."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -59,22 +67,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      "a run dir also gives the defaults: its tasks, per-task budgets, "
                      "temperature and engine settings (config.yaml); with --server, default: "
                      "what the server serves")
-    parser.add_argument("--k", default="1,4,8", metavar="K[,K...]",
-                        help="pass@k values (default 1,4,8); k above a sample's rollouts: null")
+    parser.add_argument("--k", metavar="K[,K...]",
+                        help="pass@k values (default: the protocol's; 1,4,8 for --rollouts); k "
+                        "above a sample's rollouts: null")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     g = parser.add_argument_group("with --model")
     g.add_argument("--tasks", metavar="A,B",
                    help="registered task names (scalerl tasks list); default: the run's")
+    g.add_argument("--protocol", choices=protocol_names(),
+                   help="sampling settings the field reports with: r1 (T 0.6, top-p 0.95, n 64 "
+                   "for AIME/AMC, 4 elsewhere), greedy (n 1, T 0), default (n 8, T 1), run (the "
+                   "run's own; the default for a run dir, else default)")
     g.add_argument("--split", default="test", help="held-out split (default test)")
-    g.add_argument("--n", type=int, default=8, help="rollouts per sample (default 8)")
+    g.add_argument("--n", type=int, help="rollouts per sample, every task (default: the "
+                   "protocol's)")
     g.add_argument("--temperature", type=float,
-                   help="sampling temperature (default: the run's validation temperature, else 1)")
+                   help="sampling temperature (default: the protocol's)")
+    g.add_argument("--top-p", type=float, help="nucleus sampling mass (default: the protocol's)")
+    g.add_argument("--train-tasks", metavar="A,B",
+                   help="training tasks to check the benchmarks against for contamination "
+                   "(default: a run dir's tasks)")
     g.add_argument("--seed", type=int, default=0, help="sampling seed (per rollout: seed, "
                                                        "sample id, group)")
     g.add_argument("--limit", type=int, help="N evenly spaced samples of each task's split")
     g.add_argument("--out", metavar="DIR", help="results.json, results.md, results.png, cache/")
     g.add_argument("--chunk", type=int, default=64,
                    help="samples per generation call (the unit saved to the cache)")
+    add_data_arg(g)
     add_budget_args(parser)
     add_engine_args(parser)
     add_grading_args(parser)
@@ -126,13 +145,13 @@ def run_config_of(paths: list[str]):
     return None
 
 
-def prepare(args, ks) -> Plan:
+def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
     """Settings, models and engine of a --model run; ValueError before any engine starts."""
-    from scalerl.envs.catalog import get_task
-    from scalerl.eval_report import EvalSettings, resolve_models
-    from scalerl.preflight import check_tasks
+    from scalerl.eval_report import resolve_models
+    from scalerl.local_data import parse_data, resolve_tasks
+    from scalerl.preflight import check_tasks, task_problems
 
-    if args.n < 1 or (args.limit is not None and args.limit < 1) or args.chunk < 1:
+    if any(v is not None and v < 1 for v in (args.n, args.limit, args.chunk)):
         raise ValueError("--n, --limit and --chunk must be >= 1")
     if not args.model:
         if not args.server:
@@ -143,33 +162,112 @@ def prepare(args, ks) -> Plan:
     if not args.out or not (args.tasks or run_cfg):
         raise ValueError("--model needs --out DIR, and --tasks A,B unless it is a run dir "
                          "(whose config.yaml names its tasks)")
-    tasks = tuple(t for t in args.tasks.split(",") if t) if args.tasks else tuple(
-        t.name for t in run_cfg.tasks)
-    objects = {t: get_task(t) for t in tasks}
+    names = _names(args.tasks) if args.tasks else tuple(t.name for t in run_cfg.tasks)
+    if not names:
+        raise ValueError(f"--tasks {args.tasks!r} names no task; e.g. --tasks math500,gsm8k")
+    data = parse_data(args.data)
+    train = _train_mix(args, run_cfg, data)
+    objects = resolve_tasks(names, data, also=train)
     for task in objects.values():
         task.check_split(args.split)
     graded = grading(args, run_cfg.grading if run_cfg is not None else None)  # as it trained
     check_tasks(objects.values(), graded)
-    run_budgets = {t.name: t.budget for t in run_cfg.tasks} if run_cfg else {}
-    budgets = tuple((t, override_budget(args, run_budgets.get(t, DEFAULT_BUDGET))) for t in tasks)
+    problems = {n: task_problems([t], graded) for n, t in train.items()}
+    skipped = tuple(line for lines in problems.values() for line in lines)  # not fatal: skipped
+    train = {n: t for n, t in train.items() if not problems[n]}
     models = resolve_models(args.model)
-    settings = EvalSettings(tasks=tasks, split=args.split, n=args.n, ks=ks,
-                            temperature=_temperature(args, run_cfg), seed=args.seed,
-                            budget=override_budget(args, DEFAULT_BUDGET), budgets=budgets,
-                            limit=args.limit)
     engine = engine_config(args, models[0].path, run_cfg.engine if run_cfg else None)
+    settings = eval_settings(args, run_cfg, names, ks, engine.max_model_len)
     fp32_head = args.fp32_head if args.fp32_head is not None else (
         run_cfg.policy.fp32_head if run_cfg else True)
-    return Plan(settings, models, engine, fp32_head, objects, graded)
+    return Plan(settings, models, engine, fp32_head, objects, graded, train, skipped)
 
 
-def _temperature(args, run_cfg) -> float:
-    if args.temperature is not None:
-        return args.temperature
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+def _train_mix(args, run_cfg, data: dict) -> dict:
+    """The training tasks to check against: --train-tasks (with --data), else the run's own
+    (with their `data:`), else none."""
+    from scalerl.local_data import data_for, task_with_data
+
+    if args.train_tasks:
+        return {n: task_with_data(n, data_for(n, data)) for n in _names(args.train_tasks)}
     if run_cfg is None:
-        return 1.0
-    return run_cfg.val.temperature if run_cfg.val.temperature is not None else (
-        run_cfg.policy.temperature)
+        return {}
+    return {t.name: task_with_data(t.name, t.data) for t in run_cfg.tasks}
+
+
+def eval_settings(args, run_cfg, names: tuple[str, ...], ks: tuple[int, ...] | None,
+                  max_model_len: int):
+    """The protocol's settings for `names`, with the flags given on top; a budget that cannot
+    fit the engine's context is cut to fit (and the report says so)."""
+    from scalerl.eval_report import EvalSettings
+    from scalerl.protocols import PROTOCOLS, RUN, run_protocol
+
+    name = args.protocol or (RUN if run_cfg is not None else "default")
+    if name == RUN and run_cfg is None:
+        raise ValueError("--protocol run needs --model to be a run dir (its config.yaml)")
+    proto = run_protocol(run_cfg) if name == RUN else PROTOCOLS[name]
+    notes: list[str] = []
+    budgets = tuple((t, _fit(override_budget(args, proto.budget_of(t)), max_model_len, t, notes))
+                    for t in names)
+    return EvalSettings(
+        tasks=names, split=args.split, n=args.n or proto.n, ks=ks or proto.ks,
+        temperature=args.temperature if args.temperature is not None else proto.temperature,
+        top_p=args.top_p if args.top_p is not None else proto.top_p, seed=args.seed,
+        budget=budgets[0][1], budgets=budgets, limit=args.limit, protocol=name,
+        n_by_task=tuple((t, args.n or proto.n_of(t)) for t in names), notes=tuple(notes))
+
+
+def _fit(budget, max_model_len: int, task: str, notes: list[str]):
+    """`budget` with its hard cap cut to leave room for a prompt in `max_model_len` (a quarter
+    of the context, at most 4096 tokens), noted; unchanged when it fits."""
+    import dataclasses
+
+    room = max_model_len - min(4096, max_model_len // 4)
+    cap = budget.hard_cap(0)
+    if cap <= room:
+        return budget
+    notes.append(f"{task}: the protocol's {cap} tokens do not fit max_model_len "
+                 f"{max_model_len}; cut to {room} (raise --max-model-len to keep them)")
+    if budget.thinking is None:
+        return dataclasses.replace(budget, answer=room, total=None)
+    return dataclasses.replace(budget, total=room)
+
+
+def contamination_of(plan: Plan) -> dict | None:
+    """Each benchmark's problems (its whole evaluated split) against the training tasks' train
+    splits; None when no training task is known. A training task whose data cannot be had or
+    read here is skipped, with its one line in `skipped`."""
+    from scalerl.contamination import report
+    from scalerl.envs.data import DataError
+
+    skipped, train = list(plan.train_skipped), {}
+    for name, task in plan.train_tasks.items():
+        try:
+            if "train" in task.splits:
+                train[name] = task.samples("train")
+        except (DataError, ValueError) as exc:
+            skipped.append(f"task {name!r}: {exc}")
+    if not train:
+        return {"train_tasks": [], "skipped": skipped, "benchmarks": {}} if skipped else None
+    benchmarks = {n: t.samples(plan.settings.split) for n, t in plan.tasks.items()}
+    return {"train_tasks": list(train), "skipped": skipped,
+            "benchmarks": report(benchmarks, train)}
+
+
+def print_contamination(found: dict | None) -> None:
+    if found is None:
+        print("contamination: not checked (no training tasks; give --train-tasks NAMES)")
+        return
+    for line in found["skipped"]:
+        print(f"contamination: not checked against {line}")
+    for name, row in found["benchmarks"].items():
+        print(f"contamination: {name}: {row['contaminated']} of {row['problems']} problems in "
+              f"{', '.join(found['train_tasks'])} ({row['exact']} same prompt, "
+              f"{row['ngram13']} sharing a 13-word run)")
 
 
 def run_models(args, plan: Plan) -> int:
@@ -181,17 +279,23 @@ def run_models(args, plan: Plan) -> int:
                                scorer=make_scorer(plan.tasks, plan.grading))
 
     try:
-        results = run_eval(plan.models, plan.settings, args.out, make_generator, chunk=args.chunk)
+        found = contamination_of(plan)
+        results = run_eval(plan.models, plan.settings, args.out, make_generator, chunk=args.chunk,
+                           tasks=plan.tasks, contamination=found)
     except EngineStartError as exc:
         print(f"scalerl eval: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(results))
         return 0
+    s = plan.settings
+    print(f"protocol {s.protocol}: temperature {s.temperature}, top-p {s.top_p}, n "
+          + ", ".join(f"{t} {s.n_for(t)}" for t in s.tasks))
     for e in results["models"]:
         print(f"## {e['label']} ({e['generated_samples']} samples generated, "
               f"{e['cached_samples']} cached)")
-        print_report(e, plan.settings.ks)
+        print_report(e, s.ks)
+    print_contamination(found)
     print(f"wrote {args.out}/results.json, {args.out}/results.md"
           + (f", {args.out}/results.png" if len(results["models"]) > 1 else ""))
     return 0
@@ -199,14 +303,15 @@ def run_models(args, plan: Plan) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from scalerl.coerce import ConfigError
+    from scalerl.envs.data import DataError
     from scalerl.envs.registry import UnknownTaskError
     from scalerl.eval_report import EvalInputError
     from scalerl.preflight import PREFLIGHT_EXIT, PreflightError
 
     try:
-        ks = parse_ks(args.k)
+        ks = parse_ks(args.k) if args.k else None
         if args.rollouts:
-            return run_rollouts(args, ks)
+            return run_rollouts(args, ks or (1, 4, 8))
         plan = prepare(args, ks)
     except PreflightError as exc:
         print(exc.lines("eval"), file=sys.stderr)
@@ -214,4 +319,8 @@ def run(args: argparse.Namespace) -> int:
     except (EvalInputError, UnknownTaskError, ConfigError, ValueError) as exc:
         print(f"scalerl eval: {exc}", file=sys.stderr)
         return 2
-    return run_models(args, plan)
+    try:
+        return run_models(args, plan)
+    except DataError as exc:  # a benchmark's rows could not be read (the hub, a bad copy)
+        print(f"scalerl eval: {exc}", file=sys.stderr)
+        return 2

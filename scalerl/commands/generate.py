@@ -30,6 +30,7 @@ from scalerl.commands.engine_args import (
     start_generator,
 )
 from scalerl.envs.base import dumps
+from scalerl.local_data import add_data_arg
 
 HELP = "generate scored rollouts with the vLLM engine (length budgets, forced interruption)"
 
@@ -47,6 +48,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="per-rollout seeds derive from it")
     parser.add_argument("--out", required=True, help="output JSONL file")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_data_arg(parser)
     add_budget_args(parser)
     add_engine_args(parser)
     add_grading_args(parser)
@@ -92,13 +94,13 @@ def write_rollouts(gen, samples: list, *, out_path: str, n: int, budget, tempera
 def prepare(args: argparse.Namespace):
     """(task, samples, budget, model, engine config); ValueError, or PreflightError when the
     task's verifier cannot work here, before any model is built or engine started."""
-    from scalerl.envs.catalog import get_task
+    from scalerl.local_data import parse_data, resolve_tasks
     from scalerl.preflight import check_tasks
     from scalerl.rollout.heldout import eval_samples
 
     if args.n <= 0 or (args.limit is not None and args.limit <= 0):
         raise ValueError(f"--n and --limit must be > 0, got {args.n} and {args.limit}")
-    task = get_task(args.task)
+    task = resolve_tasks([args.task], parse_data(args.data))[args.task]
     check_tasks([task], grading(args))
     samples = eval_samples(task, args.split, args.limit)
     budget = override_budget(args, DEFAULT_BUDGET)

@@ -26,6 +26,7 @@ from scalerl.envs.base import STATUSES, Sample, Score, dumps, truncate
 from scalerl.envs.catalog import get_kind, get_task, task_names
 from scalerl.envs.grading import DEFAULT_GRADING
 from scalerl.envs.registry import UnknownTaskError
+from scalerl.local_data import add_data_arg, data_for, parse_data, task_with_data
 from scalerl.trainer.rewards import RewardMap
 
 REWARDS = RewardMap()
@@ -56,14 +57,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec", action="append", default=[], metavar="FILE",
                         help="register a YAML/JSON task spec or .py task file first, for task "
                         "rows (repeatable)")
+    add_data_arg(parser)
 
 
 # --- rows -> jobs -------------------------------------------------------------------------------
 class Resolver:
-    """Turns rows into Jobs; caches each task's sample index (id -> Sample)."""
+    """Turns rows into Jobs; caches each task's sample index (id -> Sample). `data`: local
+    copies by task (or family) name, as `--data` gives them."""
 
-    def __init__(self) -> None:
+    def __init__(self, data: Mapping[str, str] | None = None) -> None:
         self._index: dict[str, dict[str, Sample]] = {}
+        self._data = dict(data or {})
 
     def job(self, text: str, line: int) -> Job:
         try:
@@ -87,8 +91,9 @@ class Resolver:
         if sample_id is None:
             raise BadRow('a "task" row needs "sample_id"')
         try:
-            task = get_task(name)
-        except UnknownTaskError as exc:
+            get_task(name)  # an unknown name: the catalogue's one line
+            task = task_with_data(name, data_for(name, self._data))
+        except (UnknownTaskError, ValueError) as exc:
             raise BadRow(str(exc)) from exc
         if name not in self._index:
             try:
@@ -163,7 +168,8 @@ def _writer(
 
 
 def score_lines(
-    lines: Iterable[str], out: IO[str], err: IO[str], *, workers: int, skip_bad: bool
+    lines: Iterable[str], out: IO[str], err: IO[str], *, workers: int, skip_bad: bool,
+    data: Mapping[str, str] | None = None,
 ) -> tuple[collections.Counter, int, str | None]:
     """(counts by status, rows skipped, the fatal `line N: ...` message or None)."""
     counts: collections.Counter = collections.Counter()
@@ -174,7 +180,7 @@ def score_lines(
         target=_writer, args=(futures, out, counts, failed, stop), daemon=True
     )
     writer.start()
-    resolver, skipped, fatal = Resolver(), 0, None
+    resolver, skipped, fatal = Resolver(data), 0, None
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="score")
     try:
         for n, text in enumerate(lines, start=1):
@@ -213,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         task_names()  # built-ins and plugins load here, so a broken plugin is one line
+        data = parse_data(args.data)
         if args.spec:
             from scalerl.commands.tasks import register_specs
 
@@ -225,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     try:
         counts, skipped, fatal = score_lines(
-            src, out, sys.stderr, workers=args.workers, skip_bad=args.skip_bad
+            src, out, sys.stderr, workers=args.workers, skip_bad=args.skip_bad, data=data
         )
     finally:
         for f in (src, out):

@@ -1,8 +1,11 @@
-"""`scalerl tasks list|show`: the registered tasks, their split sizes and sources, and samples.
+"""`scalerl tasks list|show|overlap`: the registered tasks, their sizes and sources, samples.
 
-`list` builds every registered task (reading its data) to report split sizes; a task that fails to
-load is reported on its row and makes the exit code 1. `show` prints samples as the rollout engine
-will see them (chat messages with the task's system prompt) plus the gold and worked solution.
+`list` reports every registered task's split sizes (a built-in benchmark's from its dataset card,
+without a download, unless `--data` gives a local copy; any other task by reading its data); a
+task that fails to load is reported on its row and makes the exit code 1. `show` prints samples
+as the rollout engine will see them (chat messages with the task's system prompt) plus the gold
+and worked solution. `overlap A B` counts A's problems that B also holds (the contamination
+check of `scalerl eval`). `--data NAME=PATH` makes a task read a local copy.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ import sys
 from typing import Any
 
 from scalerl.envs.base import SPLITS, dumps
-from scalerl.envs.catalog import get_task, prefixes, task_names
+from scalerl.envs.bench import HubTask
+from scalerl.envs.catalog import prefixes, task_names
 from scalerl.envs.data import DataError
 from scalerl.envs.registry import UnknownTaskError
 from scalerl.envs.task import Task
+from scalerl.local_data import add_data_arg, data_for, parse_data, resolve_tasks, task_with_data
 
 HELP = "list registered tasks (name, kind, split sizes, source) and show their samples"
 USER_ERRORS = (UnknownTaskError, DataError, ValueError, RuntimeError, OSError)
@@ -24,7 +29,8 @@ USER_ERRORS = (UnknownTaskError, DataError, ValueError, RuntimeError, OSError)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="tasks_command", metavar="{list,show}", required=True)
+    sub = parser.add_subparsers(dest="tasks_command", metavar="{list,show,overlap}",
+                                required=True)
     p = sub.add_parser("list", help="name, kind, split sizes and source of every task")
     p.add_argument("--json", action="store_true", help="one JSON object per task, one per line")
     _add_spec(p)
@@ -34,6 +40,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("-n", type=int, default=3, help="how many samples (3)")
     p.add_argument("--json", action="store_true", help="print samples as JSONL")
     _add_spec(p)
+    p = sub.add_parser("overlap", help="how many of task A's problems task B also holds "
+                       "(same normalised prompt, or a shared 13-word run)")
+    p.add_argument("a", help="the task whose problems are counted (e.g. a benchmark)")
+    p.add_argument("b", help="the task searched (e.g. a training set)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_spec(p)
 
 
 def _add_spec(p: argparse.ArgumentParser) -> None:
@@ -42,6 +54,7 @@ def _add_spec(p: argparse.ArgumentParser) -> None:
         help="register the tasks of a YAML/JSON task spec, or import a .py file of "
         "@register_task classes, first (repeatable)",
     )
+    add_data_arg(p)
 
 
 def register_specs(paths: list[str]) -> None:
@@ -55,25 +68,36 @@ def register_specs(paths: list[str]) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         register_specs(args.spec)
+        data = parse_data(args.data)
         if args.tasks_command == "list":
-            return list_tasks(as_json=args.json)
-        return show_task(args.name, args.split, args.n, as_json=args.json)
+            return list_tasks(as_json=args.json, data=data)
+        if args.tasks_command == "overlap":
+            return overlap_tasks(args.a, args.b, data, as_json=args.json)
+        task = resolve_tasks([args.name], data)[args.name]
+        return show_task(task, args.split, args.n, as_json=args.json)
     except USER_ERRORS as exc:
         print(f"scalerl tasks: {exc}", file=sys.stderr)
         return 2
 
 
 def describe(task: Task) -> dict[str, Any]:
-    """name, kind, split sizes and source of a task (reads its data)."""
-    sizes = {split: len(task.samples(split)) for split in task.splits}
-    return {"name": task.name, "kind": task.kind, "splits": sizes, "source": task.source}
+    """name, kind, split sizes and source of a task: a built-in benchmark's sizes are its
+    dataset card's (nothing is downloaded, `declared: true`); any other task's data is read."""
+    row: dict[str, Any] = {"name": task.name, "kind": task.kind}
+    if task.declared_sizes is not None:
+        row.update(splits=dict(task.declared_sizes), source=task.source, declared=True)
+    else:
+        row.update(splits={s: len(task.samples(s)) for s in task.splits}, source=task.source)
+    if isinstance(task, HubTask):  # a built-in benchmark: how the reports grade it
+        row["grading"] = task.bench.grading
+    return row
 
 
-def list_tasks(*, as_json: bool) -> int:
+def list_tasks(*, as_json: bool, data: dict | None = None) -> int:
     rows, failed = [], 0
     for name in task_names():
         try:
-            rows.append(describe(get_task(name)))
+            rows.append(describe(task_with_data(name, data_for(name, data or {}))))
         except USER_ERRORS as exc:
             failed += 1
             rows.append({"name": name, "kind": "?", "splits": {}, "error": str(exc)})
@@ -104,8 +128,7 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
         print("  ".join(cells + [row[-1]]))
 
 
-def show_task(name: str, split: str, n: int, *, as_json: bool) -> int:
-    task = get_task(name)
+def show_task(task: Task, split: str, n: int, *, as_json: bool) -> int:
     samples = task.samples(split)[: max(n, 0)]
     if as_json:
         for s in samples:
@@ -121,4 +144,19 @@ def show_task(name: str, split: str, n: int, *, as_json: bool) -> int:
         print(f"gold: {gold}")
         if "solution" in s.meta:
             print(f"solution: {s.meta['solution']}")
+    return 0
+
+
+def overlap_tasks(a: str, b: str, data: dict, *, as_json: bool) -> int:
+    """How many of `a`'s problems (every split) `b` holds (every split)."""
+    from scalerl.contamination import overlap
+
+    tasks = resolve_tasks([a, b], data)
+    every = {n: [s for split in t.splits for s in t.samples(split)] for n, t in tasks.items()}
+    found = overlap(every[a], every[b])
+    if as_json:
+        print(dumps({"a": a, "b": b, **found.to_dict()}))
+    else:
+        print(f"{a} in {b}: {found.describe()}"
+              + (f"; e.g. {', '.join(found.examples)}" if found.examples else ""))
     return 0

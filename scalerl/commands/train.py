@@ -68,6 +68,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ranks", type=int, default=None, metavar="R",
                         help="with --dry-run: trainer processes per node (default: the "
                              "launcher's, else one per GPU the engine leaves)")
+    parser.add_argument("--data", action="append", default=[], metavar="NAME=PATH",
+                        help="task NAME of the mixture reads a local copy (its tasks[].data), "
+                        "or built-in benchmark NAME is checked against the training data at "
+                        "start-up from this copy (repeatable)")
 
 
 def resolve_run_dir(args: argparse.Namespace) -> Path:
@@ -97,17 +101,47 @@ def resumed_config(args: argparse.Namespace, run_dir: Path) -> tuple[RunConfig, 
     return validate(cfg), changes
 
 
+def with_data(cfg: RunConfig, items: list[str], resume: bool) -> tuple[RunConfig, dict]:
+    """`cfg` with each `--data NAME=PATH` of a mixture task as its `data:`, and the local
+    copies of built-in benchmarks given for the start-up contamination check; ConfigError for
+    a NAME that is neither."""
+    import dataclasses
+
+    from scalerl.envs.bench import BENCHMARKS
+    from scalerl.local_data import data_for, parse_data
+
+    try:
+        data = parse_data(items)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if data and resume:
+        raise ConfigError("--data cannot be given with --resume (the run's config.yaml names "
+                          "its tasks' data)")
+    names = {t.name for t in cfg.tasks} | {t.name.split(":", 1)[0] for t in cfg.tasks}
+    stray = [k for k in data if k not in names and k not in BENCHMARKS]
+    if stray:
+        raise ConfigError(f"--data {stray[0]}: neither a task of the mixture "
+                          f"({', '.join(t.name for t in cfg.tasks)}) nor a built-in benchmark")
+    tasks = tuple(dataclasses.replace(t, data=data_for(t.name, data) or t.data)
+                  for t in cfg.tasks)
+    copies = {k: v for k, v in data.items() if k not in names}
+    return dataclasses.replace(cfg, tasks=tasks), copies
+
+
 def run(args: argparse.Namespace) -> int:
     from scalerl.preflight import PREFLIGHT_EXIT, PreflightError
-    from scalerl.training import preflight
+    from scalerl.training import contamination_warnings, preflight
 
     changes: dict = {}
     try:
         run_dir = resolve_run_dir(args)
         if args.resume:
             cfg, changes = resumed_config(args, run_dir)
-        else:  # a dry run sizes the run: its tasks need not be registered here
-            cfg = validate(load_config(args.config, args.set), check_tasks=not args.dry_run)
+        else:
+            cfg = load_config(args.config, args.set)
+        cfg, copies = with_data(cfg, args.data, args.resume)
+        # A dry run sizes the run: its tasks need not be registered here.
+        cfg = validate(cfg, check_tasks=not args.dry_run)
     except ConfigError as e:
         print(str(e), file=sys.stderr)
         return 2
@@ -123,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
     except PreflightError as e:
         print(e.lines("train"), file=sys.stderr)
         return PREFLIGHT_EXIT
+    for line in contamination_warnings(cfg, copies):
+        print(f"scalerl train: {line}", file=sys.stderr)
     return train_command(cfg, run_dir, resume=args.resume, changes=changes,
                          verbose=args.verbose)
 

@@ -255,4 +255,4 @@ def test_entry_point_plugin_task_is_listed_and_scores(plugin_dir):
 def test_without_the_plugin_the_task_is_unknown():
     out = _run(["tasks", "show", "capitals"])
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert out.stderr.startswith("scalerl tasks: unknown task 'capitals'; known tasks: arith")
+    assert out.stderr.startswith("scalerl tasks: unknown task 'capitals'; known tasks: aime24, ")

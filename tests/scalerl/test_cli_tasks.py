@@ -53,7 +53,8 @@ def test_show_json_rows_round_trip_to_samples(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["tasks", "show", "gsm9k"], "scalerl tasks: unknown task 'gsm9k'; known tasks: arith, "),
+    (["tasks", "show", "gsm9k"],
+     "scalerl tasks: unknown task 'gsm9k'; known tasks: aime24, aime25, amc23, arith, "),
     (["tasks", "show", "rg:maze"], "scalerl tasks: unknown reasoning-gym math dataset 'maze'"),
     (["tasks", "list", "--spec", "missing.yaml"], "scalerl tasks: missing.yaml: no such task"),
 ])

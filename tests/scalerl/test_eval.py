@@ -65,7 +65,10 @@ def test_rollouts_cli_human_table(tmp_path, capsys):
     path = write_rows(tmp_path / "r.jsonl", some_rollouts())
     assert cli.main(["eval", "--rollouts", str(path), "--k", "1"]) == 0
     text = capsys.readouterr().out
-    assert "| t1 | 2 | 4 | 0.500 |" in text and "| **overall** | 3 | 4 | 0.333 |" in text
+    # t1: per-sample 3/4 and 1/4 -> 0.5 ± std([.75, .25]) / sqrt(2) = 0.25
+    assert "| t1 | 2 | 4 | 0.500 ± 0.250 |" in text
+    # overall [.75, .25, 0]: s.e. 0.382 / sqrt(3) = 0.220; one of 12 rollouts truncated
+    assert "| **overall** | 3 | 4 | 0.333 ± 0.220 | 0.083 (1) | 0.000 (0) |" in text
 
 
 @pytest.mark.parametrize("content, message", [

@@ -1,0 +1,199 @@
+"""LiveCodeBench (code generation, lite): `livecodebench` and `livecodebench:<window>`.
+
+The hub copy (`livecodebench/code_generation_lite`) shipped a loading script, which `datasets`
+4+ no longer runs, so its release files are read directly (`test.jsonl` ... `test6.jsonl`,
+release_v6 = all of them). A row's tests are its public tests (a JSON list of {input, output,
+testtype}) plus its private tests, stored as that JSON list pickled, zlib-compressed and
+base64-encoded: `decode_private` undoes that with an unpickler that builds only plain values
+(str, numbers, lists, dicts) and refuses any class. `stdin` problems become stdio tests compared
+as LiveCodeBench's harness does (per line, whitespace-split, numbers equal by value: `1.0` is
+`1`); `functional` ones call `Solution().<func_name>` (metadata) with one JSON argument per
+input line. Every program starts with the harness's imports (its `import_string`), the time
+limit is the problem's own when its metadata gives one, else the harness's 6 s per test. A
+window `A..B` (months `YYYY-MM` or days `YYYY-MM-DD`, either side open) keeps the problems whose
+`contest_date` falls inside it, the way contamination-free reports cut it. Nothing runs here.
+"""
+
+from __future__ import annotations
+
+import base64
+import calendar
+import datetime as dt
+import io
+import json
+import pickle
+import re
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from scalerl.envs.base import Sample
+from scalerl.envs.bench.code_sets import code_prompt, metadata_of, time_limit_s, with_fn_name
+from scalerl.envs.bench.hub import HubSource
+from scalerl.envs.bench.math_sets import text_of
+from scalerl.envs.bench.task import BENCHMARKS, Benchmark, HubTask, register_benchmark
+from scalerl.envs.code.files import read_code_tests
+from scalerl.envs.kinds import UnknownTaskError
+from scalerl.envs.registry import register_task_prefix
+
+RELEASE_FILES = ("test.jsonl", "test2.jsonl", "test3.jsonl", "test4.jsonl", "test5.jsonl",
+                 "test6.jsonl")
+"""release_v1 and the increments up to release_v6, in the hub repo."""
+IMPORTS = ("from string import *\nfrom re import *\nfrom datetime import *\n"
+           "from collections import *\nfrom heapq import *\nfrom bisect import *\n"
+           "from copy import *\nfrom math import *\nfrom random import *\n"
+           "from statistics import *\nfrom itertools import *\nfrom functools import *\n"
+           "from operator import *\nfrom io import *\nfrom sys import *\nfrom json import *\n"
+           "from builtins import *\nfrom typing import *\nimport string\nimport re\n"
+           "import datetime\nimport collections\nimport heapq\nimport bisect\nimport copy\n"
+           "import math\nimport random\nimport statistics\nimport itertools\nimport functools\n"
+           "import operator\nimport io\nimport sys\nimport json\nsys.setrecursionlimit(50000)\n")
+"""What LiveCodeBench's harness puts before every program (its `import_string`)."""
+OPTIONS = MappingProxyType({"test_timeout_s": 6.0, "float_outputs": True, "float_tol": 0.0})
+"""The harness's 6 s per test; numbers compared by value with no tolerance (its Decimal rule)."""
+MAX_PRIVATE_BYTES = 1 << 30
+"""A private-test blob that inflates past this is refused (a zlib bomb, not a problem)."""
+_WINDOW_END = re.compile(r"^(\d{4})-(\d{2})(?:-(\d{2}))?$")
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Builds only what pickle's own opcodes make (str, bytes, numbers, lists, dicts, tuples,
+    sets); any class or callable is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}: private tests hold "
+                                     "plain data only")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("refusing a persistent id")
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    if depth > 50:
+        return False
+    if isinstance(value, str | int | float | bool) or value is None:
+        return True
+    if isinstance(value, list):
+        return all(_plain(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def decode_private(blob: str) -> list[dict[str, Any]]:
+    """LiveCodeBench's private tests: plain JSON text, or base64(zlib(pickle(JSON text)));
+    ValueError for anything else, or for anything but a list of test objects."""
+    try:
+        value: Any = json.loads(blob)
+    except json.JSONDecodeError:
+        try:
+            packed = base64.b64decode(blob.encode("ascii"), validate=True)
+            inflater = zlib.decompressobj()
+            raw = inflater.decompress(packed, MAX_PRIVATE_BYTES)
+            if inflater.unconsumed_tail:
+                raise ValueError(f"private tests inflate past {MAX_PRIVATE_BYTES} bytes")
+            value = _PlainUnpickler(io.BytesIO(raw)).load()
+        except (ValueError, zlib.error, pickle.UnpicklingError, EOFError) as exc:
+            raise ValueError(f"private_test_cases: not JSON nor base64/zlib/pickle ({exc})"
+                             ) from exc
+        if isinstance(value, bytes):
+            value = value.decode("utf-8")
+        if isinstance(value, str):
+            value = json.loads(value)
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value) or not _plain(
+            value):
+        raise ValueError("private_test_cases must decode to a list of {input, output, testtype}")
+    return value
+
+
+@dataclass(frozen=True)
+class Window:
+    """Contest dates kept: from `start` to `end`, both inclusive (None: open)."""
+
+    start: dt.date | None
+    end: dt.date | None
+
+    def __post_init__(self) -> None:
+        if self.start and self.end and self.start > self.end:
+            raise ValueError(f"window starts {self.start} after it ends {self.end}")
+
+    def __contains__(self, day: dt.date) -> bool:
+        return (self.start is None or day >= self.start) and (self.end is None or day <= self.end)
+
+    def describe(self) -> str:
+        return f"contest_date {self.start or '...'} to {self.end or '...'}"
+
+
+def _day(text: str, *, end: bool) -> dt.date | None:
+    if not text:
+        return None
+    match = _WINDOW_END.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not YYYY-MM or YYYY-MM-DD")
+    year, month = int(match.group(1)), int(match.group(2))
+    if match.group(3):
+        return dt.date(year, month, int(match.group(3)))
+    return dt.date(year, month, calendar.monthrange(year, month)[1] if end else 1)
+
+
+def parse_window(text: str) -> Window:
+    """`2024-08..2025-02` (whole months), `2024-08-01..2025-02-28`, `2024-08..` (open)."""
+    start, sep, end = text.partition("..")
+    try:
+        if not sep or not (start or end):
+            raise ValueError("expected A..B")
+        return Window(_day(start, end=False), _day(end, end=True))
+    except ValueError as exc:
+        raise UnknownTaskError(f"livecodebench window {text!r}: {exc}; write it as START..END "
+                               "with YYYY-MM or YYYY-MM-DD ends, e.g. "
+                               "livecodebench:2024-08..2025-02") from None
+
+
+def contest_day(row: Mapping[str, Any]) -> dt.date:
+    value = row.get("contest_date")
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).date()
+
+
+def in_window(window: Window) -> Callable[[Mapping[str, Any]], bool]:
+    return lambda row: contest_day(row) in window
+
+
+def lcb_row(row: Mapping[str, Any], task: str) -> Sample:
+    question = text_of(row, "question_content")
+    meta = metadata_of(row)
+    public = json.loads(row.get("public_test_cases") or "[]")
+    private = decode_private(row.get("private_test_cases") or "[]")
+    tests = read_code_tests(with_fn_name(public + private, meta), "public_test_cases")
+    tests["prelude"] = IMPORTS
+    limit = time_limit_s(meta)
+    if limit is not None:
+        tests["timeout_s"] = limit
+    return Sample(id=str(row["question_id"]), task=task,
+                  prompt=code_prompt(question, str(row.get("starter_code") or "")), tests=tests,
+                  meta={"problem": question, "title": row.get("question_title"),
+                        "platform": row.get("platform"), "difficulty": row.get("difficulty"),
+                        "contest_date": str(contest_day(row)), "public_tests": len(public),
+                        "private_tests": len(private)})
+
+
+LIVECODEBENCH = register_benchmark(Benchmark(
+    name="livecodebench", kind="code", size=1055, to_sample=lcb_row, options=OPTIONS,
+    source=HubSource("livecodebench/code_generation_lite", files=RELEASE_FILES),
+    grading="every public + private test passes (stdin/stdout as LiveCodeBench compares, or "
+            "Solution().<func_name>)"))
+
+
+@register_task_prefix("livecodebench", description="LiveCodeBench problems whose contest_date "
+                      "is inside a window, e.g. livecodebench:2024-08..2025-02 (hub "
+                      f"{LIVECODEBENCH.source.repo})")
+def livecodebench_window(window: str) -> HubTask:
+    """`livecodebench:START..END`: the release_v6 problems of that window only."""
+    cut = parse_window(window)
+    return HubTask(BENCHMARKS["livecodebench"], name=f"livecodebench:{window}",
+                   keep=in_window(cut), label=cut.describe())
