@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 SCALERL = [sys.executable, "-m", "scalerl", "train"]
 SHORT = ["offpolicy.mode=ppo", "steps=6", "checkpoint.every=2", "checkpoint.keep=5", "val.every=0",
          "offpolicy.prompts_per_step=4", "offpolicy.rollouts_per_prompt=4",
-         "log.progress=false", "log.tensorboard=false"]
+         "log.progress=false", "log.trackers=[]"]
 
 
 @pytest.fixture(scope="module")
