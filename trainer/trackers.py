@@ -102,15 +102,15 @@ def wandb_table(columns: list[str], rows: list[list[Any]]) -> Any:
 def wandb_usable() -> tuple[bool, str]:
     mode = os.environ.get("WANDB_MODE", "online").lower()
     if mode in ("offline", "dryrun"):
-        return True, "WANDB_MODE=offline: runs go to <run-dir>/wandb (`wandb sync` uploads them)"
+        return True, "offline: <run-dir>/wandb, `wandb sync` uploads"
     if mode == "disabled":
         return False, "WANDB_MODE=disabled: W&B logs nothing"
     if os.environ.get("WANDB_API_KEY"):
-        return True, "online (WANDB_API_KEY set)"
+        return True, "online: WANDB_API_KEY"
     host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or ""
     try:
         if netrc.netrc(os.environ.get("NETRC")).authenticators(host):
-            return True, f"online (a key for {host} in netrc)"
+            return True, f"online: netrc key for {host}"
     except (OSError, netrc.NetrcParseError):
         pass
     return False, f"no W&B API key (WANDB_API_KEY, or netrc for {host})"
@@ -154,8 +154,8 @@ def trackio_dir() -> str:
 def trackio_usable() -> tuple[bool, str]:
     remote = os.environ.get("TRACKIO_SPACE_ID") or os.environ.get("TRACKIO_SERVER_URL")
     if remote:
-        return True, f"remote: {remote} (TRACKIO_SPACE_ID/TRACKIO_SERVER_URL; unset for local)"
-    return True, f"local store {trackio_dir()} (`trackio show` opens the dashboard)"
+        return True, f"remote: {remote} (TRACKIO_SPACE_ID/TRACKIO_SERVER_URL)"
+    return True, f"local: {trackio_dir()}, `trackio show`"
 
 
 def mlflow_arguments(run: TrackedRun, saved: dict[str, Any] | None
@@ -169,12 +169,12 @@ def mlflow_arguments(run: TrackedRun, saved: dict[str, Any] | None
 
 def mlflow_usable() -> tuple[bool, str]:
     uri = os.environ.get("MLFLOW_TRACKING_URI")
-    return True, f"tracking URI {uri}" if uri else "MLflow's default store (MLFLOW_TRACKING_URI)"
+    return True, f"MLFLOW_TRACKING_URI {uri}" if uri else "MLflow's default store"
 
 
 TRACKERS.add("tensorboard", TrackerKind(
     "tensorboard", "pip install tensorboard", tensorboard,
-    usable=lambda: (True, "scalars under <run-dir>/tb (`tensorboard --logdir <run-dir>/tb`)")))
+    usable=lambda: (True, "<run-dir>/tb")))
 TRACKERS.add("wandb", TrackerKind(
     "wandb", "pip install 'scalerl[wandb]'", wandb_arguments,
     saved=lambda tracker: {"id": tracker.run.id}, table=wandb_table,

@@ -106,8 +106,10 @@ class Tracking:
             self.report(f"tracker {name} is not installed: {kind.install}; the run goes on "
                         "without it")
             return None
+        from accelerate import PartialState
         from accelerate.tracking import LOGGER_TYPE_TO_CLASS
 
+        PartialState()  # Accelerate's trackers log through it (the trainer's Accelerator made it)
         args, kwargs = kind.arguments(self.run, saved or None)
         try:
             tracker = LOGGER_TYPE_TO_CLASS[name](*args, **kwargs)
