@@ -20,14 +20,27 @@ BLOCK = 32768
 HEADER = 7  # crc32 (4) + length (2) + type (1)
 
 
-def offline_env(tmp: Path) -> dict[str, str]:
-    """W&B offline into the run dir, trackio's store under `tmp`, no credentials found."""
+def offline_env(tmp: Path, *, home: bool = False) -> dict[str, str]:
+    """W&B offline (into each run dir), trackio's store under `tmp`; with `home`, also a HOME
+    and NETRC of its own, where no W&B credentials can be found."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "TRACKIO_"))}
-    home = tmp / "home"
-    home.mkdir(parents=True, exist_ok=True)
-    return env | {"WANDB_MODE": "offline", "TRACKIO_DIR": str(tmp / "trackio"),
-                  "HOME": str(home), "NETRC": str(home / ".netrc"), "WANDB_SILENT": "true",
-                  "OMP_NUM_THREADS": "1"}
+    env |= {"WANDB_MODE": "offline", "TRACKIO_DIR": str(tmp / "trackio"),
+            "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
+    if home:
+        (tmp / "home").mkdir(parents=True, exist_ok=True)
+        env |= {"HOME": str(tmp / "home"), "NETRC": str(tmp / "home" / ".netrc")}
+    return env
+
+
+def trackio_steps(trackio_dir: Path, project: str, run: str) -> list[int]:
+    """The steps trackio has stored so far (read straight from its SQLite file, to wait on)."""
+    import sqlite3
+
+    db = trackio_dir / f"{project}.db"
+    if not db.is_file():
+        return []
+    with sqlite3.connect(db) as c:
+        return [s for (s,) in c.execute("SELECT step FROM metrics WHERE run_name = ?", (run,))]
 
 
 def wandb_records(path: Path):
@@ -63,7 +76,8 @@ def wandb_runs(run_dir: Path) -> list[dict]:
     out = []
     for folder in sorted((run_dir / "wandb").glob("offline-run-*")):
         run = {"dir": folder, "id": None, "tags": [], "config": {}, "history": []}
-        for record in wandb_records(next(folder.glob("run-*.wandb"))):
+        files = list(folder.glob("run-*.wandb"))  # none yet: a run still starting
+        for record in wandb_records(files[0]) if files else ():
             kind = record.WhichOneof("record_type")
             if kind == "run":
                 run["id"], run["tags"] = record.run.run_id, list(record.run.tags)

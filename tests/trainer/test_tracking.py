@@ -40,7 +40,7 @@ def track(tmp_path: Path, names: str, first: int, last: int, desc: dict | None =
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, names, str(tmp_path / "run"), str(first), str(last),
          json.dumps(desc or {"recipe": "tiny-cpu", "config": {"steps": 6}})],
-        env=env or offline_env(tmp_path), capture_output=True, text=True, timeout=300)
+        env=env or offline_env(tmp_path, home=True), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -102,8 +102,8 @@ def test_wandb_and_trackio_reopen_the_same_run_and_never_get_a_step_twice(tmp_pa
 
 
 def test_a_new_trackio_run_never_takes_the_name_of_another(tmp_path):
-    track(tmp_path / "a", "trackio", 0, 0, env=offline_env(tmp_path))
-    track(tmp_path / "b", "trackio", 0, 0, env=offline_env(tmp_path))
+    track(tmp_path / "a", "trackio", 0, 0, env=offline_env(tmp_path, home=True))
+    track(tmp_path / "b", "trackio", 0, 0, env=offline_env(tmp_path, home=True))
     assert sorted(trackio_runs(tmp_path / "trackio", "t21")) == ["unit", "unit-2"]
     record = json.loads((tmp_path / "b" / "run" / STATE_FILE).read_text())
     assert record["runs"]["trackio"] == {"name": "unit-2"}  # what --resume reopens
@@ -121,7 +121,7 @@ def test_a_missing_tracker_is_one_warning_and_the_others_log(tmp_path):
 
 
 def test_wandb_without_credentials_is_one_warning_with_the_fix(tmp_path):
-    env = offline_env(tmp_path)
+    env = offline_env(tmp_path, home=True)
     del env["WANDB_MODE"]  # online, with no API key anywhere (HOME and NETRC are empty)
     done = track(tmp_path, "wandb,trackio", 0, 1, env=env)
     lines = warnings_of(done)
