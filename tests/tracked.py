@@ -25,7 +25,10 @@ def offline_env(tmp: Path, *, home: bool = False) -> dict[str, str]:
     and NETRC of its own, where no W&B credentials can be found."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "TRACKIO_"))}
     env |= {"WANDB_MODE": "offline", "TRACKIO_DIR": str(tmp / "trackio"),
-            "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
+            "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1",
+            # W&B writes its .wandb file every 15 s by default: a test waiting on it reads it
+            # every 0.2 s (trackio writes its store every 0.5 s)
+            "WANDB__TRANSACTION_LOG_FLUSH_INTERVAL": "0.2"}
     if home:
         (tmp / "home").mkdir(parents=True, exist_ok=True)
         env |= {"HOME": str(tmp / "home"), "NETRC": str(tmp / "home" / ".netrc")}
