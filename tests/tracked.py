@@ -42,8 +42,12 @@ def trackio_steps(trackio_dir: Path, project: str, run: str) -> list[int]:
     db = trackio_dir / f"{project}.db"
     if not db.is_file():
         return []
-    with sqlite3.connect(db) as c:
-        return [s for (s,) in c.execute("SELECT step FROM metrics WHERE run_name = ?", (run,))]
+    try:
+        with sqlite3.connect(db) as c:
+            rows = c.execute("SELECT step FROM metrics WHERE run_name = ?", (run,)).fetchall()
+    except sqlite3.OperationalError:  # the store is still being made
+        return []
+    return [s for (s,) in rows]
 
 
 def wandb_records(path: Path):

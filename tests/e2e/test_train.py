@@ -61,6 +61,8 @@ def command(run_dir: Path, model: str, resume: bool = False, log_with: str = "")
 def kill_after_step_4(cmd: list[str], run_dir: Path, env: dict) -> int:
     """Start a run, SIGKILL it (its whole process group, W&B's service too) once its step-4
     checkpoint is written and W&B and trackio hold step 4; the last step it had sent."""
+    from wandb.proto import wandb_internal_pb2  # noqa: F401 (seconds, once: not while waiting)
+
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True, env=env)
     deadline = time.time() + 900
@@ -77,7 +79,8 @@ def kill_after_step_4(cmd: list[str], run_dir: Path, env: dict) -> int:
     assert marker.exists() and proc.poll() is None, "run ended before its step-4 checkpoint"
     os.killpg(proc.pid, signal.SIGKILL)  # in step 5 or 6: generating, training or logging
     proc.wait()
-    assert not (run_dir / "checkpoints" / "step-000006").exists()
+    assert not (run_dir / "checkpoints" / "step-000006").exists(), (
+        "killed after its last checkpoint", sorted(p.name for p in marker.parent.iterdir()))
     return json.loads((run_dir / "trackers.json").read_text())["last_step"]
 
 
