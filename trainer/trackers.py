@@ -37,6 +37,12 @@ class TrackedRun:
     run_dir: Path
     """Where the run's files are: TensorBoard's `tb/`, W&B's `wandb/`, and the tracker record."""
 
+    def __post_init__(self) -> None:
+        bad = [f"{name} = {getattr(self, name)!r}: must not be empty"
+               for name in ("project", "run_name") if not str(getattr(self, name)).strip()]
+        if bad:
+            raise ValueError("; ".join(bad))
+
 
 Kwargs = Callable[[TrackedRun, dict[str, Any] | None], tuple[tuple, dict[str, Any]]]
 """(run, saved ids or None for a new tracked run) -> (args, kwargs) of the Accelerate class."""

@@ -71,7 +71,7 @@ def train(run_dir: Path, model: Path, nproc: int, sets: list[str], resume: bool 
     launcher = [sys.executable, "-m", "scalerl"]
     if nproc > 1:
         launcher = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node",
-                    str(nproc), "--master_port", "29731", "-m", "scalerl"]
+                    str(nproc), "--master_port", "29931", "-m", "scalerl"]
     cmd = [*launcher, "train", *args, "--run-dir", str(run_dir), *(["--resume"] * resume)]
     env = {**(env or os.environ), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
