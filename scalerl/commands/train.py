@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -156,7 +157,7 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict 
               "or choose another --run-dir", file=sys.stderr)
         return 2
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not resume or changes:
+    if (not resume or changes) and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 only
         _write_config(cfg, run_dir, ckpt, changes or {})
     log = None if verbose else run_dir / ENGINE_LOG
     if log is not None:

@@ -85,7 +85,7 @@ def runs(tmp_path_factory, tied_model):
     train(tmp / "one", tied_model, 1, ["steps=4"])
     env = offline_env(tmp)  # the 2-rank run logs to W&B (offline) and trackio: rank 0 alone
     proc = train(tmp / "two", tied_model, 2, ["steps=3", *SHARDED, TRACKED], env=env)
-    train(tmp / "two", tied_model, 2, ["steps=4", *SHARDED], resume=True, env=env)
+    train(tmp / "two", tied_model, 2, ["steps=4", *SHARDED, TRACKED], resume=True, env=env)
     return {"one": tmp / "one", "two": tmp / "two", "stderr": proc.stderr,
             "trackio": tmp / "trackio"}
 
@@ -146,6 +146,8 @@ def test_only_rank_0_starts_trackers_and_the_resume_reopens_them(runs):
     assert trackio_runs(runs["trackio"], "scalerl") == ["two"]
     steps = [r["step"] for r in trackio_logs(runs["trackio"], "scalerl", "two")]
     assert steps == [0, 1, 2, 3, 4]
+    resumes = (runs["two"] / "resumes.jsonl").read_text().splitlines()
+    assert len(resumes) == 1  # rank 0 alone writes the run's files
 
 
 def test_validation_is_kept_out_of_the_compute_axis(runs):
