@@ -72,10 +72,7 @@ class Tracking:
         self.state = self._load()
         self.trackers: dict[str, Any] = {}
         for name in dict.fromkeys(names):
-            tracker = self._start(name, self.state["runs"].get(name))
-            if tracker is not None:
-                self.trackers[name] = tracker
-                self.state["runs"][name] = TRACKERS[name].saved(tracker)
+            self._start(name, self.state["runs"].get(name))
         self._describe(dict(description))
         self._save()
 
@@ -99,29 +96,31 @@ class Tracking:
         tmp.write_text(json.dumps(self.state, indent=1))
         tmp.replace(self.path)
 
-    def _start(self, name: str, saved: dict[str, Any] | None):
-        """Accelerate's tracker `name`, started (reopening `saved`), or None after one warning."""
+    def _start(self, name: str, saved: dict[str, Any] | None) -> None:
+        """Start Accelerate's tracker `name` (reopening `saved`) into `self.trackers`, with what
+        reopens it in the record; one warning when it cannot (the record keeps `saved`)."""
         kind = TRACKERS[name]
         if not installed(name):
             self.report(f"tracker {name} is not installed: {kind.install}; the run goes on "
                         "without it")
-            return None
+            return
         from accelerate import PartialState
         from accelerate.tracking import LOGGER_TYPE_TO_CLASS
 
         PartialState()  # Accelerate's trackers log through it (the trainer's Accelerator made it)
-        args, kwargs = kind.arguments(self.run, saved or None)
         try:
+            args, kwargs = kind.arguments(self.run, saved or None)
             tracker = LOGGER_TYPE_TO_CLASS[name](*args, **kwargs)
             tracker.start()
+            self.state["runs"][name] = kind.saved(tracker)
         except Exception as exc:  # not fatal: the run goes on with the others
             what = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
             fix = f"; fix: {kind.fix}" if kind.fix else ""
             again = f" (reopening its saved run {saved})" if saved else ""
             self.report(f"tracker {name} could not start{again}: {what}{fix}; the run goes on "
                         "without it")
-            return None
-        return tracker
+            return
+        self.trackers[name] = tracker
 
     def _describe(self, description: dict[str, Any]) -> None:
         """Record the description with every tracker that lacks this version of it (a new
