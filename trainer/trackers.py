@@ -66,6 +66,9 @@ class TrackerKind:
     (the samples still go to samples/step_NNNNNN.jsonl)."""
     log_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra arguments of every `log` call."""
+    redescribe: bool = True
+    """Record the run's description again when a `--resume` changed it (MLflow: no, its
+    params cannot change)."""
     fix: str = ""
     """What to do when it cannot start (besides installing it)."""
     usable: Callable[[], tuple[bool, str]] = lambda: (True, "installed")
@@ -194,8 +197,9 @@ TRACKERS.add("trackio", TrackerKind(
         "(TRACKIO_DIR)", usable=trackio_usable))
 TRACKERS.add("mlflow", TrackerKind(
     "mlflow", "pip install 'scalerl[mlflow]'", mlflow_arguments,
-    saved=lambda tracker: {"run_id": tracker.active_run.info.run_id},
-    fix="set MLFLOW_TRACKING_URI to a store this machine can reach (e.g. file:./mlruns)",
+    saved=lambda tracker: {"run_id": tracker.active_run.info.run_id}, redescribe=False,
+    fix="set MLFLOW_TRACKING_URI to a store this machine can reach (default: sqlite "
+        "mlflow.db in the working directory; a server: http://host:5000)",
     usable=mlflow_usable))
 TRACKERS.add("comet_ml", TrackerKind("comet_ml", "pip install comet_ml", plain,
                                      fix="set COMET_API_KEY, or COMET_MODE=offline"))

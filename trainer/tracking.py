@@ -131,7 +131,8 @@ class Tracking:
         values = flatten(description)
         sha = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
         described = self.state.setdefault("described", {})
-        for name in [n for n in self.trackers if described.get(n) != sha]:
+        for name in [n for n in self.trackers if n not in described
+                     or (described[n] != sha and TRACKERS[n].redescribe)]:
             if self._call(name, "store_init_configuration", values, drop=False):
                 described[name] = sha
         self.state["description"] = description
