@@ -143,3 +143,21 @@ def test_the_description_is_recorded_once_and_again_only_when_it_changed(tmp_pat
     assert hparams() == 2
     record = json.loads((tmp_path / "run" / STATE_FILE).read_text())
     assert record["description"] == {"recipe": "tiny-cpu", "steps": 9}
+
+
+def test_wandb_offline_and_trackio_log_with_no_network_at_all(tmp_path):
+    """In a network namespace of its own (no interface up, loopback neither), both start and
+    store every step: trackio's local store and W&B's offline mode reach for no host."""
+    import shutil
+
+    unshare = shutil.which("unshare")
+    if unshare is None or subprocess.run([unshare, "-n", "true"]).returncode != 0:
+        pytest.skip("no network namespace here (unshare -n needs root or user namespaces)")
+    done = subprocess.run(
+        [unshare, "-n", sys.executable, "-c", SCRIPT, "wandb,trackio", str(tmp_path / "run"),
+         "0", "2", json.dumps({"recipe": "tiny-cpu"})],
+        env=offline_env(tmp_path, home=True), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "STARTED wandb,trackio -1" in done.stdout and not warnings_of(done)
+    assert [h["_step"] for h in wandb_runs(tmp_path / "run")[0]["history"]] == [0, 1, 2]
+    assert [r["step"] for r in trackio_logs(tmp_path / "trackio", "t21", "unit")] == [0, 1, 2]
