@@ -25,7 +25,7 @@ from scalerl.envs.registry import UnknownTaskError
 from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.types import Budget
 from scalerl.sandbox.config import SandboxConfig
-from scalerl.trainer.config import TrainerConfig, check_fields
+from scalerl.trainer.config import LogConfig, TrainerConfig, check_fields
 
 __all__ = ["ConfigError", "RunConfig", "TaskMix", "build", "load_config", "recipe_names",
            "resume_config", "to_dict", "validate"]
@@ -122,7 +122,24 @@ def config_from_data(data: dict[str, Any], overrides: list[str] = ()) -> RunConf
     data = _default_tasks(dict(data))
     for assignment in overrides:
         apply_override(data, assignment)
-    return build(RunConfig, data)
+    return build(RunConfig, _tensorboard_flag(data))
+
+
+def _tensorboard_flag(data: dict[str, Any]) -> dict[str, Any]:
+    """`log.tensorboard: true|false`, the spelling before `log.trackers` (runs made before it,
+    `--set log.tensorboard=false`), read as tensorboard in or out of `log.trackers`."""
+    log = data.get("log")
+    if not isinstance(log, dict) or "tensorboard" not in log:
+        return data
+    log = dict(log)
+    flag = log.pop("tensorboard")
+    on = flag if isinstance(flag, bool) else str(flag).lower() in ("1", "true", "yes", "on")
+    trackers = log.get("trackers", list(LogConfig.trackers))
+    if isinstance(trackers, str):  # `--set log.trackers=a,b`, as scalerl/coerce.py reads it
+        trackers = [t.strip() for t in trackers.strip("[]()").split(",") if t.strip()]
+    trackers = [t for t in trackers if t != "tensorboard"]
+    log["trackers"] = ["tensorboard", *trackers] if on else trackers
+    return {**data, "log": log}
 
 
 def load_config(name_or_path: str | None = None, overrides: list[str] = ()) -> RunConfig:

@@ -2,8 +2,9 @@
 
 Each check is a function in `CHECKS` returning `Check`s (name, ok | warn | fail, detail, fix):
 cores and memory, GPUs, the sandbox backends and their cgroup limits, docker and its image, the
-Python engine stack (torch, vLLM), the Hugging Face cache and offline mode, the tiny model, and a
-real vLLM engine start on the tiny model (skipped with `quick`). `fail` means the embedded default
+Python engine stack (torch, vLLM), the Hugging Face cache and offline mode, the tiny model, the
+experiment trackers (installed, usable), and a real vLLM engine start on the tiny model (skipped
+with `quick`). `fail` means the embedded default
 (`scalerl train`) cannot run as it is; `warn` means something optional or slow. Nothing here
 installs or changes anything on the machine.
 """
@@ -186,9 +187,30 @@ def engine_start(log_path: Path) -> list[Check]:
                                   f"generated {len(rollout.token_ids)} tokens (log: {log_path})")]
 
 
+def trackers() -> list[Check]:
+    """Which of Accelerate's experiment trackers are installed here and usable (credentials,
+    offline mode, local store), without starting any: one line, plus a warning for each that
+    is installed but cannot log as it stands."""
+    from scalerl.trainer.trackers import TRACKERS, probe
+
+    found = {name: probe(name) for name in TRACKERS.names()}
+    usable = [f"{n} ({detail})" for n, (status, detail) in found.items() if status == "ok"]
+    absent = [n for n, (status, _) in found.items() if status == "absent"]
+    detail = "usable: " + ("; ".join(usable) or "none")
+    if absent:
+        detail += f"; not installed: {', '.join(absent)}"
+    out = [Check("trackers", "ok", detail, "" if not absent else
+                 "pip install 'scalerl[wandb]' (or [trackio], [mlflow]); log.trackers / "
+                 "--log-with picks them")]
+    for name, (status, why) in found.items():
+        if status == "warn":
+            out.append(Check(f"tracker {name}", "warn", why, TRACKERS[name].fix))
+    return out
+
+
 CHECKS: dict[str, Callable[[], list[Check]]] = {
     "machine": machine, "gpu": gpus, "sandbox": sandboxes, "engine stack": engine_stack,
-    "hf": hf_cache, "tiny": tiny_model}
+    "hf": hf_cache, "tiny": tiny_model, "trackers": trackers}
 """Quick checks, in the order shown; the engine start runs after them unless `quick`."""
 
 

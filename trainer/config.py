@@ -299,8 +299,22 @@ class ValConfig:
 
 @dataclass(frozen=True)
 class LogConfig:
-    tensorboard: bool = True
-    """Write TensorBoard scalars under <run-dir>/tb."""
+    trackers: tuple[str, ...] = ("tensorboard",)
+    """Experiment trackers, Accelerate's own, several at once (trainer/trackers.py: tensorboard,
+    wandb, trackio, mlflow, comet_ml, aim, clearml, dvclive, swanlab; `[]`: none); `scalerl
+    train --log-with wandb,trackio` sets it. metrics.jsonl is written whatever this is; a
+    tracker that cannot start is one warning and the run goes on (docs/tracking.md)."""
+    project: str = "scalerl"
+    """The trackers' project (W&B and trackio project, MLflow experiment)."""
+    run_name: str | None = None
+    """The run's name in the trackers (None: the run directory's name)."""
+    tags: tuple[str, ...] = ()
+    """Tags of the tracked run (W&B, MLflow)."""
+    samples_every: int = 0
+    """A table of rollouts (samples/step_NNNNNN.jsonl, and to the trackers that take tables) at
+    every validation step and also every N steps; 0: at validation steps only."""
+    samples_per_task: int = 4
+    """Rollouts per task in each samples table; 0: no samples."""
     progress: bool = True
     """Show a rich progress line."""
     truncation_warn: float = 0.05
@@ -309,8 +323,20 @@ class LogConfig:
     SECTION = "log"
 
     def __post_init__(self) -> None:
-        check_fields(self, [(0 <= self.truncation_warn <= 1, "truncation_warn",
-                             "must be in [0, 1]")])
+        from scalerl.trainer.trackers import TRACKERS
+
+        unknown = [t for t in self.trackers if t not in TRACKERS]
+        check_fields(self, [
+            (not unknown, "trackers", f"allowed: {', '.join(TRACKERS.names())} (Accelerate's "
+                                      "trackers)"),
+            (len(set(self.trackers)) == len(self.trackers), "trackers", "each at most once"),
+            (bool(self.project.strip()), "project", "must not be empty"),
+            (self.run_name is None or bool(self.run_name.strip()), "run_name",
+             "must not be empty (null: the run directory's name)"),
+            (self.samples_every >= 0, "samples_every", "must be >= 0 (0: validation steps)"),
+            (self.samples_per_task >= 0, "samples_per_task", "must be >= 0 (0: no samples)"),
+            (0 <= self.truncation_warn <= 1, "truncation_warn", "must be in [0, 1]"),
+        ])
 
 
 @dataclass(frozen=True)
@@ -348,7 +374,7 @@ class TrainerConfig:
     val: ValConfig = field(default_factory=ValConfig)
     """Held-out validation."""
     log: LogConfig = field(default_factory=LogConfig)
-    """Metrics outputs."""
+    """Metrics outputs: experiment trackers, rollout samples, the console."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpoint cadence."""
 

@@ -2,13 +2,15 @@
 
 `train()` reads top to bottom: set up, validate at step 0, then per step take groups from the
 rollout source, filter and collate them, take one exact optimizer step, hand the new weights to the
-source, log, validate and checkpoint. The source (`SOURCES[offpolicy.mode]`) decides when
-generation happens and when weights reach the generator. Verifier failures (`error` verdicts) are
-never trained on; when they pass `filters.max_error_frac` for `filters.error_patience` steps in a
-row the loop checkpoints and stops early, with the reason in `Run.stopped`. When generation
-becomes unavailable (GeneratorUnavailable: no vLLM server left) it checkpoints and raises
-RunStopped. Building the model,
-the generator and the tasks is the glue's (scalerl/training.py); this module never imports vLLM.
+source, log (metrics.jsonl at once; at validation steps a samples table too), validate, send the
+step whole to the experiment trackers (rank 0 only: trainer/tracking.py) and checkpoint. The
+source (`SOURCES[offpolicy.mode]`) decides when generation happens and when weights reach the
+generator. Verifier failures (`error` verdicts) are never trained on; when they pass
+`filters.max_error_frac` for `filters.error_patience` steps in a row the loop checkpoints and
+stops early, with the reason in `Run.stopped`. When generation becomes unavailable
+(GeneratorUnavailable: no vLLM server left) it checkpoints and raises RunStopped. Building the
+model, the generator and the tasks is the glue's (scalerl/training.py); this module never
+imports vLLM.
 """
 
 from __future__ import annotations
@@ -43,9 +45,11 @@ from scalerl.trainer.publish import Publisher
 from scalerl.trainer.rewards import RewardMap
 from scalerl.trainer.run import Run, TrainTask
 from scalerl.trainer.sampler import TaskSampler
+from scalerl.trainer.samples import sample_rows, truncate_samples
 from scalerl.trainer.sharding import gather_weights, is_sharded
 from scalerl.trainer.sources import PPOOffPolicy, RolloutSource, SourceSettings
 from scalerl.trainer.step import StepSettings, train_step
+from scalerl.trainer.tracking import start_tracking
 from scalerl.trainer.waiting import broadcast_from_rank0, wait_for_rank0
 
 SOURCES: dict[str, Callable[..., RolloutSource]] = {"ppo": PPOOffPolicy,
@@ -58,16 +62,18 @@ SOURCES: dict[str, Callable[..., RolloutSource]] = {"ppo": PPOOffPolicy,
 
 def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str, TrainTask],
           run_dir: Path, accelerator, resume_from: Path | None = None,
-          publisher: Publisher | None = None, devices: int | None = None) -> Run:
+          publisher: Publisher | None = None, devices: int | None = None,
+          description: Mapping[str, Any] | None = None) -> Run:
     """Run `cfg.steps` optimizer steps (from a checkpoint when `resume_from`); returns the run.
 
     `model`: a Hugging Face model or a `PolicyModule` (already sharded when
     `policy.sharding: fsdp2`). `publisher` hands new weights to the generator (default: its own
     `update_weights`). `devices`: the devices the run holds, for the compute axis (None: one per
-    trainer process plus one for the generator).
+    trainer process plus one for the generator). `description`: what the experiment trackers
+    record of the run when it starts (the glue's: config, recipe, model, tasks, versions).
     """
     run = setup(cfg, model, tokenizer, generator, tasks, Path(run_dir), accelerator, publisher,
-                devices)
+                devices, description)
     if resume_from is not None:
         restore(run, resume_from)
     try:
@@ -92,6 +98,7 @@ def loop(run: Run) -> None:
     cfg = run.cfg
     if run.step == 0:
         validate_heldout(run)
+        end_step(run)
     while run.step < cfg.steps:
         t0 = time.perf_counter()
         groups, gen_metrics = next_groups(run)
@@ -104,21 +111,27 @@ def loop(run: Run) -> None:
         hand_weights(run)
         run.loop_s += time.perf_counter() - t0
         log_step(run, groups, report, gen_metrics, stats, step_s)
-        if stop_for_errors(run, groups):
-            break
-        if due(run.step, cfg.val.every) or run.step == cfg.steps:
+        stop = stop_for_errors(run, groups)
+        if not stop and validation_due(run):
             validate_heldout(run)
-        if due(run.step, cfg.checkpoint.every) or run.step == cfg.steps:
+        end_step(run)  # the trackers get the step whole, before its checkpoint
+        if stop or due(run.step, cfg.checkpoint.every) or run.step == cfg.steps:
             checkpoint(run)
+        if stop:
+            break
 
 
 def stop_for_errors(run: Run, groups: list[Group]) -> bool:
-    """True (after a checkpoint) once verifier errors passed `filters.max_error_frac` for
-    `filters.error_patience` steps in a row; `run.stopped` then says which tasks and why."""
+    """True once verifier errors passed `filters.max_error_frac` for `filters.error_patience`
+    steps in a row (the loop then checkpoints); `run.stopped` says which tasks and why."""
     run.stopped = run.errors.observe(groups) or ""
-    if run.stopped:
-        checkpoint(run)
     return bool(run.stopped)
+
+
+def validation_due(run: Run) -> bool:
+    """Held-out validation after this step: every `val.every` steps and at the last."""
+    return run.cfg.val.every > 0 and (due(run.step, run.cfg.val.every)
+                                      or run.step == run.cfg.steps)
 
 
 def due(step: int, every: int) -> bool:
@@ -135,7 +148,7 @@ def unwrap(run: Run):
 
 def setup(cfg: TrainerConfig, model, tokenizer, generator, tasks: Mapping[str, TrainTask],
           run_dir: Path, accelerator, publisher: Publisher | None = None,
-          devices: int | None = None) -> Run:
+          devices: int | None = None, description: Mapping[str, Any] | None = None) -> Run:
     torch.manual_seed(cfg.seed)
     o = cfg.optim
     model = model if isinstance(model, PolicyModule) else PolicyModule(model)
@@ -155,9 +168,9 @@ def setup(cfg: TrainerConfig, model, tokenizer, generator, tasks: Mapping[str, T
         source = SOURCES[cfg.offpolicy.mode](generator, make_sampler(cfg, tasks, retirement),
                                              source_settings(cfg, tasks), publisher)
     writer = None
-    if accelerator.is_main_process:
-        writer = MetricsWriter(run_dir, total_steps=cfg.steps, tensorboard=cfg.log.tensorboard,
-                               progress=cfg.log.progress)
+    if accelerator.is_main_process:  # only rank 0 writes metrics and talks to the trackers
+        writer = MetricsWriter(run_dir, total_steps=cfg.steps, progress=cfg.log.progress,
+                               tracking=start_tracking(cfg.log, run_dir, description or {}))
     if devices is None:
         devices = accelerator.num_processes + (generator is not None)
     clock = ComputeClock(devices, on_gpu=accelerator.device.type == "cuda")
@@ -200,6 +213,7 @@ def restore(run: Run, path: Path) -> None:
     hand_weights(run)  # tags the version
     if run.writer is not None:
         truncate_jsonl(run.writer.path, run.step)
+        truncate_samples(run.run_dir, run.step)
     set_rng_state(state["rng"])
 
 
@@ -334,12 +348,31 @@ def log_step(run: Run, groups: list[Group], report: GroupReport, gen: dict[str, 
     gen_tokens = sum(len(r.token_ids) for g in groups for r in g)
     metrics |= run.clock.tick(gen_tokens, int(stats.get("train_tokens", 0)))
     run.writer.log(run.step, metrics)
+    log_samples(run, groups, report)
     trunc = metrics.get("rollout/truncated_frac", 0.0)
     if trunc > run.cfg.log.truncation_warn:
         run.writer.print(f"[yellow]warning:[/] step {run.step}: {trunc:.1%} of rollouts truncated "
                          f"(> {run.cfg.log.truncation_warn:.0%}; the paper saw 10-15% destabilise "
                          "runs)")
     warn_too_long(run, metrics)
+
+
+def log_samples(run: Run, groups: list[Group], report: GroupReport) -> None:
+    """At validation steps and every `log.samples_every` steps: `log.samples_per_task` of the
+    step's rollouts per task, with their rewards (samples/step_NNNNNN.jsonl, tracker tables)."""
+    log = run.cfg.log
+    if log.samples_per_task == 0 or not (validation_due(run) or due(run.step, log.samples_every)):
+        return
+    rows = sample_rows(groups, report.rewarded, step=run.step, trainer_version=run.step - 1,
+                       per_task=log.samples_per_task,
+                       decode=lambda ids: run.tokenizer.decode(list(ids)))
+    run.writer.samples(run.step, rows)
+
+
+def end_step(run: Run) -> None:
+    """Rank 0 sends the step's figures, validation and samples to the trackers, once."""
+    if run.writer is not None:
+        run.writer.end_step(run.step)
 
 
 def warn_too_long(run: Run, metrics: dict[str, float]) -> None:
@@ -373,6 +406,7 @@ def validate_heldout(run: Run) -> dict[str, float]:
             metrics |= report.tasks[name].metrics(f"val/{name}")
     metrics["val/seconds"] = time.perf_counter() - t
     run.validations.append({"step": run.step, **metrics})
+    metrics |= run.clock.totals()  # the compute axis of every row, as the paper plots
     if run.writer is not None:
         run.writer.log(run.step, metrics)  # the console prints a line per validation
     return metrics

@@ -3,15 +3,16 @@
 `rollout_metrics` turns one step's groups into reward, pass-rate, length and finish-reason
 figures, and `step_metrics` adds the optimizer step's statistics and the batch filters' counts;
 `ComputeClock` accumulates training device-seconds (validation apart) and tokens across resumes;
-`MetricsWriter` appends one JSON line per step to metrics.jsonl, mirrors scalars to
-TensorBoard and hands the figures to the console (trainer/console.py: a progress bar, a line per
-validation). Stable grouped keys (`reward/mean`, `loss/clip_frac`, ...). No training here.
+`MetricsWriter` appends one JSON line per row to metrics.jsonl, writes the samples files
+(trainer/samples.py), sends each step whole to the experiment trackers (trainer/tracking.py:
+Accelerate's TensorBoard, W&B, trackio, ...) and hands the figures to the console
+(trainer/console.py: a progress bar, a line per validation). Stable grouped keys
+(`reward/mean`, `loss/clip_frac`, ...). No training here.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -21,6 +22,8 @@ from typing import Any
 
 from scalerl.trainer.batch import GroupReport
 from scalerl.trainer.filters import Group
+from scalerl.trainer.samples import as_table, write_samples
+from scalerl.trainer.tracking import Table, Tracking
 
 STEP_KEYS = {"loss": "loss/value", "entropy": "policy/entropy", "clip_frac": "loss/clip_frac",
              "cispo_trunc_frac": "loss/cispo_trunc_frac", "is_ratio": "is_ratio/mean",
@@ -113,6 +116,10 @@ class ComputeClock:
         self._last = now
         self.gen_tokens += gen_tokens
         self.train_tokens += train_tokens
+        return self.totals()
+
+    def totals(self) -> dict[str, float]:
+        """The compute axis as it stands (nothing added): what a validation row carries."""
         out = {"compute/device_s": self.device_s, "compute/gen_tokens": float(self.gen_tokens),
                "compute/train_tokens": float(self.train_tokens),
                "compute/val_device_s": self.val_device_s}
@@ -143,23 +150,22 @@ class ComputeClock:
         self._last = time.perf_counter()
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
-
-
 class MetricsWriter:
-    """metrics.jsonl (+ TensorBoard, + the console's progress bar) under `run_dir`."""
+    """metrics.jsonl, the samples files, the experiment trackers and the console of one run.
 
-    def __init__(self, run_dir: Path, *, total_steps: int, tensorboard: bool = True,
-                 progress: bool = True, start_step: int = 0):
-        self.path = Path(run_dir) / "metrics.jsonl"
+    Every row goes to metrics.jsonl at once (the source of truth); the trackers get each step
+    whole, once, at `end_step` (the step's training figures, its validation and its samples
+    table together), so a tracker that commits a step when it is sent (W&B) never holds one."""
+
+    def __init__(self, run_dir: Path, *, total_steps: int, progress: bool = True,
+                 start_step: int = 0, tracking: Tracking | None = None):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a")
-        self._tb = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._tb = SummaryWriter(str(Path(run_dir) / "tb"))
+        self.tracking = tracking
+        self._staged: dict[str, Any] = {}
+        self._tables: dict[str, Table] = {}
         self._console = None
         if progress:
             from scalerl.trainer.console import StepConsole
@@ -170,16 +176,25 @@ class MetricsWriter:
         row = {"step": step, "time": time.time(), **metrics}
         self._file.write(json.dumps(row, allow_nan=True) + "\n")
         self._file.flush()
-        if self._tb is not None:
-            for key, value in metrics.items():
-                if _finite(value):
-                    self._tb.add_scalar(key, value, step)
+        self._staged |= metrics
         if self._console is None:
             return
         if any(k.startswith("val/") for k in metrics):
             self._console.validation(step, metrics)
         elif "loss/value" in metrics or "batch/empty" in metrics:
             self._console.step(step, metrics)
+
+    def samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        """Step `step`'s rollout samples: samples/step_NNNNNN.jsonl now, a table for the
+        trackers that take tables at `end_step`."""
+        write_samples(self.run_dir, step, rows)
+        self._tables[f"samples/step_{step:06d}"] = as_table(rows)
+
+    def end_step(self, step: int) -> None:
+        """Send step `step`, whole, to the trackers (once: trainer/tracking.py)."""
+        if self.tracking is not None and (self._staged or self._tables):
+            self.tracking.log(step, self._staged, self._tables)
+        self._staged, self._tables = {}, {}
 
     def print(self, text: str) -> None:
         """Print a line with rich markup (above the progress bar when there is one)."""
@@ -192,8 +207,8 @@ class MetricsWriter:
 
     def close(self) -> None:
         self._file.close()
-        if self._tb is not None:
-            self._tb.close()
+        if self.tracking is not None:
+            self.tracking.finish()
         if self._console is not None:
             self._console.close()
 

@@ -48,7 +48,7 @@ def build(args: argparse.Namespace, run_dir: Path):
     from scalerl.trainer.loop import TrainTask, setup
     from scalerl.training import build_accelerator, build_policy, make_scorer, run_tasks
 
-    sets = ["val.every=0", "checkpoint.every=0", "log.progress=false", "log.tensorboard=false",
+    sets = ["val.every=0", "checkpoint.every=0", "log.progress=false", "log.trackers=[]",
             "offpolicy.mode=ppo", "offpolicy.k=1", *args.set]
     cfg = validate(load_config(args.config, sets))
     if args.server:

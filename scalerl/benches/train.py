@@ -116,7 +116,7 @@ def measure_mode(mode: str, args: argparse.Namespace, model_path: str) -> dict[s
     from scalerl.training import run_training
 
     overrides = [f"steps={args.steps}", "val.every=0", "checkpoint.every=0",
-                 f"offpolicy.mode={mode}", "log.progress=false", "log.tensorboard=false",
+                 f"offpolicy.mode={mode}", "log.progress=false", "log.trackers=[]",
                  *args.set]
     cfg = validate(load_config(args.config, overrides))
     with tempfile.TemporaryDirectory(prefix="scalerl-bench-train-") as tmp:

@@ -2,11 +2,12 @@
 
 `--rollouts FILE` aggregates rows (`scalerl generate` output) without a model; `--model PATH...`
 generates through the vLLM engine with a per-sample cache in `--out DIR/cache` and writes
-results.json, results.md and (for several checkpoints) results.png. The sampling settings come
-from `--protocol` (scalerl/protocols.py: r1, greedy, default, or the run's own, the default for a
-run dir), flags overriding it; the benchmarks' problems are checked against the training tasks
-(the run's, or `--train-tasks`) for contamination (scalerl/contamination.py). The estimators
-are `scalerl.rollout.heldout`'s (shared with the trainer's validation); the files are
+results.json, results.md and (for several checkpoints) results.png, and with `--log-with` sends
+them to experiment trackers (scalerl/eval_tracking.py). The sampling settings come from
+`--protocol` (scalerl/protocols.py: r1, greedy, default, or the run's own, the default for a run
+dir), flags overriding it; the benchmarks' problems are checked against the training tasks (the
+run's, or `--train-tasks`) for contamination (scalerl/contamination.py). The estimators are
+`scalerl.rollout.heldout`'s (shared with the trainer's validation); the files are
 `scalerl.eval_report`'s. This module parses arguments and prints.
 """
 
@@ -56,6 +57,10 @@ class Plan:
     """The training tasks the benchmarks are checked against (the run's, or --train-tasks)."""
     train_skipped: tuple = ()
     """Training tasks whose data cannot be had here (one line each): not checked against."""
+    project: str = "scalerl"
+    """The experiment trackers' project (`--log-with`): the run's `log.project`, else scalerl."""
+    run_name: str = "eval"
+    """The tracked evaluation's name: `<run dir name>-eval`, else `--out`'s folder name."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -71,6 +76,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="pass@k values (default: the protocol's; 1,4,8 for --rollouts); k "
                         "above a sample's rollouts: null")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument("--log-with", metavar="A,B",
+                        help="with --model: also send the results to these experiment trackers "
+                             "(Accelerate's: wandb, trackio, mlflow, tensorboard, ...), one "
+                             "step per checkpoint (docs/tracking.md)")
     g = parser.add_argument_group("with --model")
     g.add_argument("--tasks", metavar="A,B",
                    help="registered task names (scalerl tasks list); default: the run's")
@@ -132,17 +141,24 @@ def run_rollouts(args, ks) -> int:
     return 0
 
 
-def run_config_of(paths: list[str]):
-    """The config.yaml of the training run the first of `paths` belongs to (a run dir, its
-    checkpoints/ folder or one checkpoint), or None when it is no run's."""
-    from scalerl.config import config_from_data
-
+def run_dir_of(paths: list[str]) -> Path | None:
+    """The training run the first of `paths` belongs to (a run dir, its checkpoints/ folder or
+    one checkpoint), or None when it is no run's."""
     path = Path(paths[0]).resolve()
     for run_dir in (path, path.parent, path.parent.parent):
-        config = run_dir / "config.yaml"
-        if config.is_file() and (run_dir / "checkpoints").is_dir():
-            return config_from_data(yaml.safe_load(config.read_text()) or {})
+        if (run_dir / "config.yaml").is_file() and (run_dir / "checkpoints").is_dir():
+            return run_dir
     return None
+
+
+def run_config_of(paths: list[str]):
+    """The config.yaml of the training run the first of `paths` belongs to, or None."""
+    from scalerl.config import config_from_data
+
+    run_dir = run_dir_of(paths)
+    if run_dir is None:
+        return None
+    return config_from_data(yaml.safe_load((run_dir / "config.yaml").read_text()) or {})
 
 
 def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
@@ -180,7 +196,10 @@ def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
     settings = eval_settings(args, run_cfg, names, ks, engine.max_model_len)
     fp32_head = args.fp32_head if args.fp32_head is not None else (
         run_cfg.policy.fp32_head if run_cfg else True)
-    return Plan(settings, models, engine, fp32_head, objects, graded, train, skipped)
+    run_dir = run_dir_of(args.model)
+    return Plan(settings, models, engine, fp32_head, objects, graded, train, skipped,
+                project=run_cfg.log.project if run_cfg else "scalerl",
+                run_name=f"{run_dir.name}-eval" if run_dir else Path(args.out).resolve().name)
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -285,6 +304,8 @@ def run_models(args, plan: Plan) -> int:
     except EngineStartError as exc:
         print(f"scalerl eval: {exc}", file=sys.stderr)
         return 2
+    if args.log_with:
+        track(results, args, plan)
     if args.json:
         print(json.dumps(results))
         return 0
@@ -301,6 +322,26 @@ def run_models(args, plan: Plan) -> int:
     return 0
 
 
+def tracker_names(text: str) -> tuple[str, ...]:
+    """`--log-with a,b` -> names, each one of Accelerate's trackers (ValueError otherwise)."""
+    from scalerl.trainer.trackers import TRACKERS
+
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in TRACKERS]
+    if unknown or not names:
+        raise ValueError(f"--log-with {text!r}: allowed: {', '.join(TRACKERS.names())}")
+    return names
+
+
+def track(results: dict, args, plan: Plan) -> None:
+    """The results to the `--log-with` trackers (one warning per tracker that cannot start)."""
+    from scalerl.eval_tracking import eval_run, log_results
+    from scalerl.training import versions
+
+    run = eval_run(args.out, plan.project, plan.run_name)
+    log_results(results, tracker_names(args.log_with), run, {"versions": versions()})
+
+
 def run(args: argparse.Namespace) -> int:
     from scalerl.coerce import ConfigError
     from scalerl.envs.data import DataError
@@ -310,6 +351,10 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         ks = parse_ks(args.k) if args.k else None
+        if args.log_with:
+            tracker_names(args.log_with)  # a bad name fails before anything runs
+            if args.rollouts:
+                raise ValueError("--log-with goes with --model (checkpoints evaluated here)")
         if args.rollouts:
             return run_rollouts(args, ks or (1, 4, 8))
         plan = prepare(args, ks)

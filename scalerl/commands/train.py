@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 from scalerl.config import (
+    DEFAULT_RECIPE,
     ConfigError,
     RunConfig,
     load_config,
@@ -48,8 +50,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "with --resume only steps, val.*, checkpoint.*, log.*, sandbox.* "
                              "and filters.max_error_frac/error_patience")
     parser.add_argument("--run-dir", default=None,
-                        help="where metrics, TensorBoard and checkpoints go (default: "
+                        help="where metrics, samples, TensorBoard and checkpoints go (default: "
                              "runs/<recipe>-<time>)")
+    parser.add_argument("--log-with", default=None, metavar="A,B",
+                        help="experiment trackers, Accelerate's (tensorboard, wandb, trackio, "
+                             "mlflow, ...): sets log.trackers (default: tensorboard; docs/"
+                             "tracking.md)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --run-dir from its last checkpoint, with its "
                              "own config.yaml")
@@ -133,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
     from scalerl.training import contamination_warnings, preflight
 
     changes: dict = {}
+    if args.log_with is not None:  # the same as --set log.trackers=[...] (after any --set)
+        args.set = [*args.set, f"log.trackers=[{args.log_with}]"]
     try:
         run_dir = resolve_run_dir(args)
         if args.resume:
@@ -159,8 +167,9 @@ def run(args: argparse.Namespace) -> int:
         return PREFLIGHT_EXIT
     for line in contamination_warnings(cfg, copies):
         print(f"scalerl train: {line}", file=sys.stderr)
+    recipe = None if args.resume else (args.config or DEFAULT_RECIPE)
     return train_command(cfg, run_dir, resume=args.resume, changes=changes,
-                         verbose=args.verbose)
+                         verbose=args.verbose, recipe=recipe)
 
 
 def dry_run_command(cfg: RunConfig, args: argparse.Namespace) -> int:
@@ -206,7 +215,7 @@ a checkpoint is written, `--resume` continues)."""
 
 
 def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict | None = None,
-                  verbose: bool = False) -> int:
+                  verbose: bool = False, recipe: str | None = None) -> int:
     from scalerl.engine_log import ENGINE_LOG, hide_progress_bars, last_words_to
     from scalerl.models import resolve_model
     from scalerl.rollout.base_generator import GeneratorUnavailable
@@ -228,14 +237,14 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict 
               "or choose another --run-dir", file=sys.stderr)
         return 2
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not resume or changes:
+    if (not resume or changes) and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 only
         _write_config(cfg, run_dir, ckpt, changes or {})
     log = None if verbose else run_dir / ENGINE_LOG
     if log is not None:
         hide_progress_bars()
     try:
         model_path = str(ckpt) if ckpt else resolve_model(cfg.policy.model)
-        result = run_training(cfg, run_dir, model_path, ckpt, engine_log=log)
+        result = run_training(cfg, run_dir, model_path, ckpt, engine_log=log, recipe=recipe)
     except (ConfigError, ModelNotFoundError) as e:  # no such model; GPUs or launch do not fit
         print(f"scalerl train: {e}", file=sys.stderr)
         return 2

@@ -8,9 +8,11 @@ import torch
 from safetensors.torch import load_file
 
 
-def run_to_end(cmd: list[str], timeout: float = 900) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+def run_to_end(cmd: list[str], timeout: float = 900, env: dict | None = None
+               ) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
 
 
 def steps_of(run_dir: Path) -> dict[int, dict]:

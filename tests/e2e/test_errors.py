@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 PROMPTS, STEPS_1, STEPS_2 = 8, 3, 8
 SETTINGS = ["offpolicy.mode=ppo", f"offpolicy.prompts_per_step={PROMPTS}",
             "offpolicy.rollouts_per_prompt=2", "val.every=0", "checkpoint.every=0",
-            "filters.retire=false", "log.progress=false", "log.tensorboard=false",
+            "filters.retire=false", "log.progress=false", "log.trackers=[]",
             "tasks=[{name: filed_arith, budget: {thinking: 48, answer: 16}}]"]
 
 

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 SCALERL = [sys.executable, "-m", "scalerl", "train"]
 SHORT = ["steps=6", "checkpoint.every=2", "checkpoint.keep=5", "val.every=0",
          "offpolicy.prompts_per_step=4", "offpolicy.rollouts_per_prompt=4", "offpolicy.k=1",
-         "log.progress=false", "log.tensorboard=false"]
+         "log.progress=false", "log.trackers=[]"]
 COMPARED = ("reward/mean", "loss/value", "rollout/length_mean")
 
 

@@ -30,7 +30,7 @@ def command(run_dir: Path, model: str, urls: list[str], resume: bool = False) ->
     sets = [f"steps={STEPS}", "checkpoint.every=0", "val.every=0", "offpolicy.mode=pipelinerl",
             "offpolicy.max_lag=0", "offpolicy.prompts_per_step=8",
             "offpolicy.rollouts_per_prompt=4", "filters.retire=false", "log.progress=false",
-            "log.tensorboard=false", f"policy.model={model}", f"engine.servers=[{','.join(urls)}]",
+            "log.trackers=[]", f"policy.model={model}", f"engine.servers=[{','.join(urls)}]",
             "engine.server_timeout_s=5", "engine.server_wait_s=15"]
     return [sys.executable, "-m", "scalerl", "train", *[a for s in sets for a in ("--set", s)],
             "--run-dir", str(run_dir), *(["--resume"] if resume else [])]

@@ -3,8 +3,9 @@
 `torchrun --nproc_per_node 2 -m scalerl train --set policy.sharding=fsdp2` against one plain
 process: the same losses (rel 1e-3) step by step; the gathered weights published into vLLM each
 step (the mismatch KL between the engine's and the trainer's logprobs stays at fp32 noise); a
-checkpoint transformers loads with the head still tied; and a resumed run (its engine started on
-that checkpoint, its optimizer read back per rank) continuing like the uninterrupted one. The
+checkpoint transformers loads with the head still tied; a resumed run (its engine started on
+that checkpoint, its optimizer read back per rank) continuing like the uninterrupted one; and
+only rank 0 starting the experiment trackers (W&B offline, trackio), reopened by the resume. The
 2-process runs set a 5 s collective timeout while rank 0 alone starts the engine (~20 s here),
 generates and validates: rank 1 waits for it outside that timeout (trainer/waiting.py).
 
@@ -21,18 +22,20 @@ from pathlib import Path
 import pytest
 import torch
 from e2e_runs import steps_of
+from tracked import offline_env, trackio_logs, trackio_runs, wandb_runs
 
 pytestmark = pytest.mark.slow
 
 SETS = ["offpolicy.mode=ppo", "checkpoint.every=2", "checkpoint.keep=5", "val.every=2",
         "val.n=2", "val.limit=8", "offpolicy.prompts_per_step=4",
-        "offpolicy.rollouts_per_prompt=4", "log.progress=false", "log.tensorboard=false",
+        "offpolicy.rollouts_per_prompt=4", "log.progress=false", "log.trackers=[]",
         # Every step trains: with the zero-variance filter on, how many of the 4 steps keep a
         # prompt depends on what the tiny model samples on this machine (2 of 4 on one CI run).
         # Prompts whose rollouts agree still reach the loss with zero advantage.
         "filters.zero_variance=false",
         "tasks=[{name: arith, weight: 1, budget: {thinking: 48, answer: 16}}]"]
 SHARDED = ["policy.sharding=fsdp2", "policy.collective_timeout_s=5"]
+TRACKED = "log.trackers=[wandb,trackio]"
 
 
 @pytest.fixture(scope="module")
@@ -62,14 +65,15 @@ def tied_model(tmp_path_factory) -> Path:
     return out
 
 
-def train(run_dir: Path, model: Path, nproc: int, sets: list[str], resume: bool = False):
+def train(run_dir: Path, model: Path, nproc: int, sets: list[str], resume: bool = False,
+          env: dict | None = None):
     args = [a for s in [*SETS, *sets, f"policy.model={model}"] for a in ("--set", s)]
     launcher = [sys.executable, "-m", "scalerl"]
     if nproc > 1:
         launcher = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node",
-                    str(nproc), "--master_port", "29731", "-m", "scalerl"]
+                    str(nproc), "--master_port", "29931", "-m", "scalerl"]
     cmd = [*launcher, "train", *args, "--run-dir", str(run_dir), *(["--resume"] * resume)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**(env or os.environ), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stderr[-5000:]
     return proc
@@ -79,9 +83,11 @@ def train(run_dir: Path, model: Path, nproc: int, sets: list[str], resume: bool 
 def runs(tmp_path_factory, tied_model):
     tmp = tmp_path_factory.mktemp("sharded")
     train(tmp / "one", tied_model, 1, ["steps=4"])
-    proc = train(tmp / "two", tied_model, 2, ["steps=3", *SHARDED])
-    train(tmp / "two", tied_model, 2, ["steps=4", *SHARDED], resume=True)
-    return {"one": tmp / "one", "two": tmp / "two", "stderr": proc.stderr}
+    env = offline_env(tmp)  # the 2-rank run logs to W&B (offline) and trackio: rank 0 alone
+    proc = train(tmp / "two", tied_model, 2, ["steps=3", *SHARDED, TRACKED], env=env)
+    train(tmp / "two", tied_model, 2, ["steps=4", *SHARDED, TRACKED], resume=True, env=env)
+    return {"one": tmp / "one", "two": tmp / "two", "stderr": proc.stderr,
+            "trackio": tmp / "trackio"}
 
 
 def test_two_sharded_ranks_train_like_one_process(runs):
@@ -127,6 +133,21 @@ def test_the_sharded_checkpoint_loads_in_transformers_with_its_head_tied(runs):
                                  strict=True):
         torch.testing.assert_close(y, x, rtol=1e-3, atol=1e-5, msg=name)
     assert (path / "optimizer" / "__1_0.distcp").exists()
+
+
+def test_only_rank_0_starts_trackers_and_the_resume_reopens_them(runs):
+    """W&B and trackio log from every process that starts them (Accelerate's trackers are not
+    rank-0-only): one offline W&B run per start (2, not 4) and one trackio run show that only
+    rank 0 started them; the resume (which changed `steps`) reopened both."""
+    wandb = wandb_runs(runs["two"])
+    assert len(wandb) == 2 and wandb[0]["id"] == wandb[1]["id"]
+    assert [[h["_step"] for h in r["history"]] for r in wandb] == [[0, 1, 2, 3], [4]]
+    assert wandb[1]["config"]["config.steps"] == 4  # the changed setting, recorded again
+    assert trackio_runs(runs["trackio"], "scalerl") == ["two"]
+    steps = [r["step"] for r in trackio_logs(runs["trackio"], "scalerl", "two")]
+    assert steps == [0, 1, 2, 3, 4]
+    resumes = (runs["two"] / "resumes.jsonl").read_text().splitlines()
+    assert len(resumes) == 1  # rank 0 alone writes the run's files
 
 
 def test_validation_is_kept_out_of_the_compute_axis(runs):

@@ -54,3 +54,24 @@ def test_doctor_starts_the_engine_on_the_tiny_model(tmp_path, tiny_model_path):
     assert "vLLM started on the tiny model" in engine[0]["detail"]
     assert log.stat().st_size > 0  # the engine's own output went there, not to the report
     assert "INFO" not in done.stdout
+
+
+def test_doctor_says_which_trackers_are_installed_and_usable(tmp_path):
+    """W&B installed with no API key anywhere: a warning with the fix; offline, usable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "TRACKIO_"))}
+    env |= {"HOME": str(tmp_path), "NETRC": str(tmp_path / ".netrc"),
+            "TRACKIO_DIR": str(tmp_path / "trackio")}
+
+    def trackers(extra: dict) -> dict:
+        report = json.loads(doctor("--quick", "--json", env=env | extra).stdout)
+        return {c["name"]: c for c in report["checks"] if c["name"].startswith("tracker")}
+
+    online = trackers({})
+    assert online["tracker wandb"]["status"] == "warn"
+    assert "no W&B API key" in online["tracker wandb"]["detail"]
+    assert "WANDB_MODE=offline" in online["tracker wandb"]["fix"]
+    line = online["trackers"]["detail"]
+    assert "tensorboard (<run-dir>/tb)" in line
+    assert f"trackio (local: {tmp_path / 'trackio'}" in line  # never the hub unless asked
+    offline = trackers({"WANDB_MODE": "offline"})
+    assert "tracker wandb" not in offline and "wandb (offline" in offline["trackers"]["detail"]
