@@ -108,10 +108,11 @@ class DryRun:
 
 
 def launch_ranks(gpus: int, cfg: RunConfig, ranks: int | None) -> tuple[int, int]:
-    """(trainer ranks per node, in all): the launcher's (torchrun/accelerate: LOCAL_WORLD_SIZE,
-    WORLD_SIZE), else `ranks`, else one per GPU the engine leaves free (every GPU with
-    engine.servers), one on a CPU."""
-    if "LOCAL_WORLD_SIZE" in os.environ:
+    """(trainer ranks per node, in all): the launcher's (torchrun/accelerate set RANK,
+    LOCAL_WORLD_SIZE, WORLD_SIZE), else `ranks`, else one per GPU the engine leaves free (every
+    GPU with engine.servers), one on a CPU. LOCAL_WORLD_SIZE alone is no launcher: vLLM's CPU
+    platform sets it (to its tensor-parallel size) in any process that started an engine."""
+    if "LOCAL_WORLD_SIZE" in os.environ and "RANK" in os.environ:
         local = int(os.environ["LOCAL_WORLD_SIZE"])
         return local, int(os.environ.get("WORLD_SIZE", local))
     if ranks is None:

