@@ -58,6 +58,11 @@ class EngineConfig:
     """How new policy weights reach the engine: `files` (safetensors shards the engine reloads
     in place; CPU and GPU) or `nccl` (vLLM's NCCL weight transfer, GPUs only: the engine must
     not share a GPU with trainer rank 0)."""
+    weight_timeout_s: float = 300.0
+    """Most seconds each step of publishing new weights may take (write, pause, reload, resume;
+    an NCCL broadcast with its load, a server's `/update_weights`): minutes for an 8B model. A
+    publish that fails or runs past it stops a training run with a checkpoint (`--resume`
+    continues, and may change this value)."""
     weights_dir: str | None = None
     """Where new policy weights are staged for the engine to reload (None: /dev/shm when it has
     room for two versions of them, else the system's temp dir). Servers on other machines need
@@ -133,7 +138,8 @@ class EngineConfig:
                                  "http://HOST:PORT or https://HOST:PORT")
         if len(set(self.servers)) != len(self.servers):
             raise ValueError(f"EngineConfig.servers lists a server twice: {list(self.servers)}")
-        for name in ("server_timeout_s", "server_request_timeout_s", "server_wait_s"):
+        for name in ("weight_timeout_s", "server_timeout_s", "server_request_timeout_s",
+                     "server_wait_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"EngineConfig.{name} must be > 0, got {getattr(self, name)}")
 

@@ -148,10 +148,13 @@ def load_config(name_or_path: str | None = None, overrides: list[str] = ()) -> R
 
 
 RESUMABLE: tuple[str, ...] = ("steps", "val", "checkpoint", "log", "sandbox", "verifiers",
-                              "filters.max_error_frac", "filters.error_patience")
+                              "filters.max_error_frac", "filters.error_patience",
+                              "engine.weight_timeout_s", "engine.server_timeout_s",
+                              "engine.server_request_timeout_s", "engine.server_wait_s")
 """Settings (and sections) a `--set` may change when a run is resumed: how long it runs, what is
-validated, logged and kept, where code is checked, when verifier errors stop it. Anything else
-would change what the run trains on mid-run, so `resume_config` refuses it."""
+validated, logged and kept, where code is checked, when verifier errors stop it, how long it
+waits for the generator. Anything else would change what the run trains on mid-run, so
+`resume_config` refuses it."""
 
 
 def resumable(key: str) -> bool:

@@ -346,7 +346,8 @@ def start_rank0(cfg: RunConfig, policy, placement: Placement | None, accelerator
     with engine_env(placement):
         generator = start_generator(cfg, model_path, engine_log, scorer)
     check_precision_match(generator.head_dtype, trainer_head_dtype(cfg.policy, on_gpu))
-    return generator, make_publisher(cfg.engine.weight_transfer, generator)
+    return generator, make_publisher(cfg.engine.weight_transfer, generator,
+                                     timeout_s=cfg.engine.weight_timeout_s)
 
 
 def set_cpu_threads(threads: int | None) -> None:

@@ -8,7 +8,8 @@ source (`SOURCES[offpolicy.mode]`) decides when generation happens and when weig
 generator. Verifier failures (`error` verdicts) are never trained on; when they pass
 `filters.max_error_frac` for `filters.error_patience` steps in a row the loop checkpoints and
 stops early, with the reason in `Run.stopped`. When generation becomes unavailable
-(GeneratorUnavailable: no vLLM server left) it checkpoints and raises RunStopped. Building the
+(GeneratorUnavailable: no vLLM server left, or a publish of new weights failed) every rank
+learns it from rank 0, and the loop checkpoints and raises RunStopped. Building the
 model, the generator and the tasks is the glue's (scalerl/training.py); this module never
 imports vLLM.
 """
@@ -97,7 +98,7 @@ def loop(run: Run) -> None:
     until verifier errors stop the run)."""
     cfg = run.cfg
     if run.step == 0:
-        validate_heldout(run)
+        validate_everywhere(run)
         end_step(run)
     while run.step < cfg.steps:
         t0 = time.perf_counter()
@@ -108,12 +109,15 @@ def loop(run: Run) -> None:
         step_s = time.perf_counter() - t1  # the optimizer step alone: publishing is sync_s
         run.train_s += step_s
         run.step += 1
-        hand_weights(run)
+        unpublished = hand_weights(run)
         run.loop_s += time.perf_counter() - t0
         log_step(run, groups, report, gen_metrics, stats, step_s)
+        if unpublished is not None:  # the step is logged whole; train() checkpoints it
+            end_step(run)
+            raise unpublished
         stop = stop_for_errors(run, groups)
         if not stop and validation_due(run):
-            validate_heldout(run)
+            validate_everywhere(run)
         end_step(run)  # the trackers get the step whole, before its checkpoint
         if stop or due(run.step, cfg.checkpoint.every) or run.step == cfg.steps:
             checkpoint(run)
@@ -210,7 +214,9 @@ def restore(run: Run, path: Path) -> None:
     run.validations = list(state["validations"])
     if run.source is not None:
         run.source.load_state_dict(state["source"])
-    hand_weights(run)  # tags the version
+    unpublished = hand_weights(run)  # tags the version
+    if unpublished is not None:
+        raise unpublished
     if run.writer is not None:
         truncate_jsonl(run.writer.path, run.step)
         truncate_samples(run.run_dir, run.step)
@@ -239,11 +245,13 @@ def checkpoint(run: Run) -> None:
                     keep=run.cfg.checkpoint.keep, state_dict=weights)
 
 
-def hand_weights(run: Run) -> None:
+def hand_weights(run: Run) -> GeneratorUnavailable | None:
     """Every rank, after a step: the weights of policy version `run.step` go to rank 0's rollout
     source. A whole policy is read lazily, when the source sends it; a sharded one is gathered
     now, by all ranks together, but only when they will be sent (`weights_due`), each tensor
-    kept by rank 0 in its publisher's form (the engine's dtype, cast on the device)."""
+    kept by rank 0 in its publisher's form (the engine's dtype, cast on the device). Returns, on
+    every rank, the GeneratorUnavailable of a source that publishes at once and failed (a
+    PublishError), for the loop to raise once the step is logged; else None."""
     if not is_sharded(run.model):
         weights = lambda: named_weights(unwrap(run))
     elif broadcast_from_rank0(weights_due(run)):
@@ -253,8 +261,20 @@ def hand_weights(run: Run) -> None:
     else:
         step = run.step
         weights = lambda: not_gathered(step)
-    if run.source is not None:
-        run.source.on_step(run.step, weights)
+    return on_rank0(lambda: run.source.on_step(run.step, weights), run.source is not None)
+
+
+def on_rank0(work: Callable[[], Any], here: bool) -> GeneratorUnavailable | None:
+    """Do rank 0's `work` (`here`: this rank does it); its GeneratorUnavailable, else None, on
+    every rank, so that all stop together (a rank left waiting for the next batch while rank 0
+    checkpoints alone would hang)."""
+    failure = None
+    if here:
+        try:
+            work()
+        except GeneratorUnavailable as exc:
+            failure = exc
+    return broadcast_from_rank0(failure)
 
 
 def weights_due(run: Run) -> bool | None:
@@ -387,6 +407,13 @@ def warn_too_long(run: Run, metrics: dict[str, float]) -> None:
                        "rollout/prompt_too_long): raise engine.max_model_len or lower the budget")
             warnings.warn(message, stacklevel=1)
             run.writer.print(f"[yellow]warning:[/] {message}")
+
+
+def validate_everywhere(run: Run) -> None:
+    """Held-out validation (rank 0 generates); its GeneratorUnavailable stops every rank."""
+    failure = on_rank0(lambda: validate_heldout(run), True)
+    if failure is not None:
+        raise failure
 
 
 def validate_heldout(run: Run) -> dict[str, float]:

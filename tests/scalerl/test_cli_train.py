@@ -1,5 +1,7 @@
 """`scalerl train` refuses to start a new run over an existing one (nothing written is lost)."""
 
+import pytest
+
 from scalerl import cli
 
 
@@ -79,3 +81,15 @@ def test_the_end_of_run_summary_warns_per_task_above_five_percent_errors():
                                "verifier errors")
     assert lines[1].startswith("warning: held-out synth_code: 99.5% of the rollouts at step 0")
     assert error_warnings([{"step": 0, "val/arith/error_frac": 0.05}]) == []
+
+
+def test_a_resume_may_wait_longer_for_the_generator_but_not_change_the_engine():
+    from scalerl.config import ConfigError, load_config, resume_config, to_dict
+
+    data = to_dict(load_config(None, ["offpolicy.mode=ppo", "steps=6"]))
+    _, changes = resume_config(data, ["engine.weight_timeout_s=900", "engine.server_wait_s=60"])
+    assert changes == {"engine.weight_timeout_s": (300.0, 900.0),
+                       "engine.server_wait_s": (300.0, 60.0)}
+    with pytest.raises(ConfigError, match=r"^--set engine.max_model_len 512 -> 2048: cannot "
+                                          "change when a run is resumed"):
+        resume_config(data, ["engine.max_model_len=2048"])

@@ -72,7 +72,8 @@ def test_a_restored_failure_is_reported_and_the_publisher_goes_on():
     gen = FakeGenerator()
     pub = FilesPublisher(gen, timeout_s=5.0)
     gen.fail = WeightUpdateError
-    with pytest.raises(PublishError, match="failed sending weights version 1: .*version 0 was "
+    with pytest.raises(PublishError, match=r"failed sending weights version 1 \(engine\."
+                                           r"weight_timeout_s: 5 s a step\): .*version 0 was "
                                            "restored"):
         pub.publish(weights(1.0).items(), 1)
     gen.fail = None

@@ -1,0 +1,74 @@
+"""Worker for test_stop_together.py, run under torchrun (gloo): rank 0 alone publishes weights
+and validates, as in the training loop; when its generator fails there (a PublishError), every
+rank must receive that failure from the same call, so that all stop and checkpoint together.
+
+Each rank calls `loop.hand_weights` and `loop.validate_everywhere` with rank 0's rollout source
+failing or not (argv: out_dir, "fail" or "ok") and writes what each call gave it to
+`out_dir/rank<R>.json`: the failure's class and message, or None.
+"""
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import torch.distributed as dist
+
+from scalerl.trainer import loop
+from scalerl.trainer.config import TrainerConfig, ValConfig
+from scalerl.trainer.publish import PublishError
+from scalerl.trainer.waiting import init_waiting
+
+
+class Source:
+    """Rank 0's source: publishes at once on `on_step` (PipelineRL's way) and before validating."""
+
+    def __init__(self, fail: bool):
+        self.fail = fail
+
+    def wants_weights(self) -> bool:
+        return True
+
+    def on_step(self, version, weights):
+        if self.fail:
+            raise PublishError(f"failed sending weights version {version}: reload timed out")
+
+    def ensure_synced(self):
+        if self.fail:
+            raise PublishError("failed sending weights version 3 before validating")
+        return {}
+
+
+def outcome(call) -> dict | None:
+    failure = call()
+    return None if failure is None else {"type": type(failure).__name__, "msg": str(failure)}
+
+
+def raised(call) -> dict | None:
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - what each rank saw is the result
+        return {"type": type(exc).__name__, "msg": str(exc)}
+    return None
+
+
+def main() -> None:
+    out, mode = Path(sys.argv[1]), sys.argv[2]
+    dist.init_process_group("gloo")
+    init_waiting()
+    rank = dist.get_rank()
+    source = Source(mode == "fail") if rank == 0 else None
+    clock = SimpleNamespace(apart=contextlib.nullcontext, totals=dict)
+    run = SimpleNamespace(model=torch.nn.Linear(2, 2), source=source, step=3, tasks={},
+                          cfg=TrainerConfig(steps=10, val=ValConfig(every=3)), clock=clock,
+                          validations=[], writer=None, generator=None)
+    result = {"hand_weights": outcome(lambda: loop.hand_weights(run)),
+              "validate": raised(lambda: loop.validate_everywhere(run))}
+    (out / f"rank{rank}.json").write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

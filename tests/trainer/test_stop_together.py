@@ -1,0 +1,48 @@
+"""A failure of rank 0's generator while it works alone (publishing a step's weights at once,
+publishing before validation) reaches every rank from the same call, so that all ranks
+checkpoint and stop together instead of rank 1 waiting for a batch that never comes. Two gloo
+processes under torchrun (stop_worker.py), the loop's own functions."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+WORKER = Path(__file__).parent / "stop_worker.py"
+
+
+def ranks(out: Path, mode: str) -> list[dict]:
+    out.mkdir()
+    torchrun = Path(sys.executable).parent / "torchrun"
+    cmd = [str(torchrun), "--nproc_per_node", "2", "--master_port", "29541", str(WORKER),
+           str(out), mode]
+    proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def failing(tmp_path_factory) -> list[dict]:
+    return ranks(tmp_path_factory.mktemp("stop") / "fail", "fail")
+
+
+def test_a_failed_publish_after_a_step_reaches_every_rank(failing):
+    for rank in failing:
+        assert rank["hand_weights"] == {
+            "type": "PublishError",
+            "msg": "failed sending weights version 3: reload timed out"}
+
+
+def test_a_failed_publish_before_validation_stops_every_rank(failing):
+    for rank in failing:
+        assert rank["validate"] == {
+            "type": "PublishError",
+            "msg": "failed sending weights version 3 before validating"}
+
+
+def test_without_a_failure_no_rank_stops(tmp_path):
+    assert ranks(tmp_path / "ok", "ok") == [{"hand_weights": None, "validate": None}] * 2
