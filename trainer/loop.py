@@ -109,10 +109,14 @@ def loop(run: Run) -> None:
         step_s = time.perf_counter() - t1  # the optimizer step alone: publishing is sync_s
         run.train_s += step_s
         run.step += 1
-        unpublished = hand_weights(run)
+        try:
+            hand_weights(run)
+            unpublished = None
+        except GeneratorUnavailable as exc:  # raised once the step is logged whole
+            unpublished = exc
         run.loop_s += time.perf_counter() - t0
         log_step(run, groups, report, gen_metrics, stats, step_s)
-        if unpublished is not None:  # the step is logged whole; train() checkpoints it
+        if unpublished is not None:  # train() checkpoints the step
             end_step(run)
             raise unpublished
         stop = stop_for_errors(run, groups)
@@ -214,9 +218,7 @@ def restore(run: Run, path: Path) -> None:
     run.validations = list(state["validations"])
     if run.source is not None:
         run.source.load_state_dict(state["source"])
-    unpublished = hand_weights(run)  # tags the version
-    if unpublished is not None:
-        raise unpublished
+    hand_weights(run)  # tags the version
     if run.writer is not None:
         truncate_jsonl(run.writer.path, run.step)
         truncate_samples(run.run_dir, run.step)
@@ -245,13 +247,12 @@ def checkpoint(run: Run) -> None:
                     keep=run.cfg.checkpoint.keep, state_dict=weights)
 
 
-def hand_weights(run: Run) -> GeneratorUnavailable | None:
+def hand_weights(run: Run) -> None:
     """Every rank, after a step: the weights of policy version `run.step` go to rank 0's rollout
     source. A whole policy is read lazily, when the source sends it; a sharded one is gathered
     now, by all ranks together, but only when they will be sent (`weights_due`), each tensor
-    kept by rank 0 in its publisher's form (the engine's dtype, cast on the device). Returns, on
-    every rank, the GeneratorUnavailable of a source that publishes at once and failed (a
-    PublishError), for the loop to raise once the step is logged; else None."""
+    kept by rank 0 in its publisher's form (the engine's dtype, cast on the device). A source
+    that publishes at once and fails (a PublishError) raises it on every rank."""
     if not is_sharded(run.model):
         weights = lambda: named_weights(unwrap(run))
     elif broadcast_from_rank0(weights_due(run)):
@@ -261,20 +262,24 @@ def hand_weights(run: Run) -> GeneratorUnavailable | None:
     else:
         step = run.step
         weights = lambda: not_gathered(step)
-    return on_rank0(lambda: run.source.on_step(run.step, weights), run.source is not None)
+    on_rank0(run, lambda: run.source.on_step(run.step, weights))
 
 
-def on_rank0(work: Callable[[], Any], here: bool) -> GeneratorUnavailable | None:
-    """Do rank 0's `work` (`here`: this rank does it); its GeneratorUnavailable, else None, on
-    every rank, so that all stop together (a rank left waiting for the next batch while rank 0
-    checkpoints alone would hang)."""
-    failure = None
-    if here:
+def on_rank0(run: Run, work: Callable[[], Any]) -> Any:
+    """Rank 0 (the rank with the rollout source) does `work`; every rank returns its result, or
+    raises its GeneratorUnavailable, so that all stop together (a rank left waiting for the
+    next batch while rank 0 checkpoints alone would hang). The other ranks wait outside the
+    trainer's collective timeout: generation can take hours."""
+    payload: Any = None
+    if run.source is not None:
         try:
-            work()
+            payload = work()
         except GeneratorUnavailable as exc:
-            failure = exc
-    return broadcast_from_rank0(failure)
+            payload = exc
+    payload = broadcast_from_rank0(payload)
+    if isinstance(payload, GeneratorUnavailable):
+        raise payload
+    return payload
 
 
 def weights_due(run: Run) -> bool | None:
@@ -296,19 +301,9 @@ def not_gathered(step: int):
 # One step.
 
 def next_groups(run: Run) -> tuple[list[Group], dict[str, float]]:
-    """Rank 0 asks the source; the other ranks wait for it (outside the trainer's collective
-    timeout: generation can take hours) and receive the same groups, or its
-    GeneratorUnavailable, so that every rank stops."""
-    payload: Any = None
-    if run.source is not None:
-        try:
-            payload = run.source.next_groups(run.step)
-        except GeneratorUnavailable as exc:
-            payload = exc
-    payload = broadcast_from_rank0(payload)
-    if isinstance(payload, GeneratorUnavailable):
-        raise payload
-    return payload
+    """Rank 0 asks the source; every rank receives the same groups (or its
+    GeneratorUnavailable)."""
+    return on_rank0(run, lambda: run.source.next_groups(run.step))
 
 
 def filter_groups(run: Run, groups: list[Group]) -> tuple[list[Group], GroupReport]:
@@ -411,9 +406,7 @@ def warn_too_long(run: Run, metrics: dict[str, float]) -> None:
 
 def validate_everywhere(run: Run) -> None:
     """Held-out validation (rank 0 generates); its GeneratorUnavailable stops every rank."""
-    failure = on_rank0(lambda: validate_heldout(run), True)
-    if failure is not None:
-        raise failure
+    on_rank0(run, lambda: validate_heldout(run))
 
 
 def validate_heldout(run: Run) -> dict[str, float]:

@@ -4,7 +4,7 @@ rank must receive that failure from the same call, so that all stop and checkpoi
 
 Each rank calls `loop.hand_weights` and `loop.validate_everywhere` with rank 0's rollout source
 failing or not (argv: out_dir, "fail" or "ok") and writes what each call gave it to
-`out_dir/rank<R>.json`: the failure's class and message, or None.
+`out_dir/rank<R>.json`: the class and message of what each raised, or None.
 """
 
 import contextlib
@@ -41,11 +41,6 @@ class Source:
         return {}
 
 
-def outcome(call) -> dict | None:
-    failure = call()
-    return None if failure is None else {"type": type(failure).__name__, "msg": str(failure)}
-
-
 def raised(call) -> dict | None:
     try:
         call()
@@ -64,7 +59,7 @@ def main() -> None:
     run = SimpleNamespace(model=torch.nn.Linear(2, 2), source=source, step=3, tasks={},
                           cfg=TrainerConfig(steps=10, val=ValConfig(every=3)), clock=clock,
                           validations=[], writer=None, generator=None)
-    result = {"hand_weights": outcome(lambda: loop.hand_weights(run)),
+    result = {"hand_weights": raised(lambda: loop.hand_weights(run)),
               "validate": raised(lambda: loop.validate_everywhere(run))}
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
