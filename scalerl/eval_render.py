@@ -24,7 +24,8 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _mean_key(d: dict[str, Any]) -> str:
+def mean_key(d: dict[str, Any]) -> str:
+    """The key of a results dict's mean@n figure (`mean@<n>`; `mean@n` when there is none)."""
     return next((k for k in d if k.startswith("mean@")), "mean@n")
 
 
@@ -33,7 +34,7 @@ def _with_count(frac: float | None, count: int | None) -> str:
 
 
 def _pass1(d: dict[str, Any]) -> str:
-    mean, se = d[_mean_key(d)], d.get("stderr")
+    mean, se = d[mean_key(d)], d.get("stderr")
     return f"{mean:.3f} ± {se:.3f}" if se is not None else f"{mean:.3f}"
 
 

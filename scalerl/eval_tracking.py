@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from scalerl.eval_render import mean_key
 from scalerl.trainer.trackers import TrackedRun
 from scalerl.trainer.tracking import Tracking
 
@@ -25,7 +26,7 @@ FIGURES = ("samples", "n", "mean@n", "stderr", "truncated_frac", "interrupted_fr
 
 def figures(d: dict[str, Any], ks: Sequence[int]) -> dict[str, Any]:
     """One task's (or the overall) figures by column name: pass@k, then FIGURES."""
-    mean = next((k for k in d if k.startswith("mean@")), "mean@n")
+    mean = mean_key(d)
     out = {f"pass@{k}": d.get(f"pass@{k}") for k in ks}
     return out | {name: d.get(mean if name == "mean@n" else name) for name in FIGURES}
 

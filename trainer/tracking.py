@@ -36,6 +36,11 @@ def warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
+def brief(exc: BaseException) -> str:
+    """An exception as one line of at most 300 characters, for a tracker's warning."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+
+
 def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested config -> `a.b.c` keys with bool/int/float/str values (what every tracker's
     hyperparameters take): lists of mappings by index, other lists as JSON, None as `null`."""
@@ -71,7 +76,7 @@ class Tracking:
         self.path = Path(run.run_dir) / STATE_FILE
         self.state = self._load()
         self.trackers: dict[str, Any] = {}
-        for name in dict.fromkeys(names):
+        for name in names:
             self._start(name, self.state["runs"].get(name))
         self._describe(dict(description))
         self._save()
@@ -114,7 +119,7 @@ class Tracking:
             tracker.start()
             self.state["runs"][name] = kind.saved(tracker)
         except Exception as exc:  # not fatal: the run goes on with the others
-            what = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            what = brief(exc)
             fix = f"; fix: {kind.fix}" if kind.fix else ""
             again = f" (reopening its saved run {saved})" if saved else ""
             self.report(f"tracker {name} could not start{again}: {what}{fix}; the run goes on "
@@ -130,7 +135,7 @@ class Tracking:
                                                     if v is not None}
         values = flatten(description)
         sha = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
-        described = self.state.setdefault("described", {})
+        described = self.state["described"]
         for name in [n for n in self.trackers if n not in described
                      or (described[n] != sha and TRACKERS[n].redescribe)]:
             if self._call(name, "store_init_configuration", values, drop=False):
@@ -144,7 +149,7 @@ class Tracking:
         try:
             getattr(self.trackers[name], method)(*args, **kwargs)
         except Exception as exc:
-            what = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            what = brief(exc)
             gone = "; the run goes on without it" if drop else ""
             self.report(f"tracker {name} failed ({method}): {what}{gone}")
             if drop:

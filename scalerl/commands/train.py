@@ -175,12 +175,10 @@ def run(args: argparse.Namespace) -> int:
 def dry_run_command(cfg: RunConfig, args: argparse.Namespace) -> int:
     """`--dry-run`: the placement and memory per GPU (scalerl/dry_run.py); exit 2 with one line
     when the layout cannot fit. Under a launcher only rank 0 prints."""
-    import os
-
     from scalerl.dry_run import describe, dry_run
     from scalerl.placement import PlacementError
 
-    if int(os.environ.get("RANK", "0")) != 0:
+    if not _rank0():
         return 0
     for flag in ("gpus", "ranks"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
@@ -237,7 +235,7 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict 
               "or choose another --run-dir", file=sys.stderr)
         return 2
     run_dir.mkdir(parents=True, exist_ok=True)
-    if (not resume or changes) and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0 only
+    if (not resume or changes) and _rank0():
         _write_config(cfg, run_dir, ckpt, changes or {})
     log = None if verbose else run_dir / ENGINE_LOG
     if log is not None:
@@ -259,6 +257,11 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict 
               f"written: fix the verifier, then `scalerl train --run-dir {run_dir} --resume`",
               file=sys.stderr)
     return _last_words(log, 4 if result.stopped else 0)
+
+
+def _rank0() -> bool:
+    """This process is rank 0 of a launch (torchrun / accelerate launch set RANK), or alone."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def _last_words(log: Path | None, code: int) -> int:
