@@ -47,10 +47,10 @@ def sample_rows(groups: Sequence[Group], rewarded: Sequence[Group], *, step: int
     """The rows of step `step`'s samples table (`COLUMNS`); `rewarded`: the step's rewarded
     groups (GroupReport.rewarded), whose rollouts carry their rewards; `trainer_version`: the
     policy version the step trained (the lag is counted from it to the oldest token's)."""
-    rewards = {(r.sample_id, r.group): r.reward for g in rewarded for r in g}
+    rewards = {(r.task, r.sample_id, r.group): r.reward for g in rewarded for r in g}
     return [{"step": step, "task": r.task, "sample_id": r.sample_id, "group": r.group,
              "prompt": decode(r.prompt_token_ids), "completion": r.completion,
-             "status": r.score.status, "reward": rewards.get((r.sample_id, r.group)),
+             "status": r.score.status, "reward": rewards.get((r.task, r.sample_id, r.group)),
              "finish_reason": r.finish_reason, "thinking_tokens": r.thinking_tokens,
              "answer_tokens": r.answer_tokens, "policy_version": r.min_version,
              "lag": trainer_version - r.min_version}

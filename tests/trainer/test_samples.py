@@ -55,6 +55,18 @@ def test_a_row_carries_the_reward_it_trained_with_and_its_lag():
     assert {r["task"] for r in rows} == {"arith", "synth_code"}
 
 
+def test_two_tasks_with_the_same_sample_ids_keep_their_own_rewards():
+    arith, code = fake_groups(n_prompts=1, n=2), fake_groups(n_prompts=1, n=2)
+    code[0][:] = [dataclasses.replace(r, task="synth_code") for r in code[0]]
+    assert arith[0][0].sample_id == code[0][0].sample_id  # "s0" in both tasks
+    rewarded = [[dataclasses.replace(r, reward=1.0) for r in arith[0]],
+                [dataclasses.replace(r, reward=-1.0) for r in code[0]]]
+    rows = sample_rows(arith + code, rewarded, step=1, trainer_version=0, per_task=2,
+                       decode=str)
+    assert [(row["task"], row["reward"]) for row in rows] == [
+        ("arith", 1.0), ("arith", 1.0), ("synth_code", -1.0), ("synth_code", -1.0)]
+
+
 def test_each_step_has_its_own_file_and_a_resume_drops_the_later_ones(tmp_path):
     rows = sample_rows(fake_groups(2, 2), [], step=2, trainer_version=1, per_task=2,
                        decode=str)
