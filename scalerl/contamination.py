@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scalerl.envs.base import Sample
-from scalerl.envs.data import normalize_prompt, prompt_key
+from scalerl.envs.data import normalize_prompt
 
 NGRAM = 13
 """Words in a shared run that counts as overlap."""
@@ -32,10 +32,14 @@ def problem_text(sample: Sample) -> str:
     return sample.prompt if isinstance(sample.prompt, str) else normalize_prompt(sample.prompt)
 
 
-def _grams(text: str, n: int = NGRAM) -> set[bytes]:
-    words = _WORD.findall(normalize_prompt(text))
-    return {hashlib.blake2b(" ".join(words[i:i + n]).encode(), digest_size=8).digest()
-            for i in range(len(words) - n + 1)}
+def fingerprint(sample: Sample, n: int = NGRAM) -> tuple[str, set[bytes]]:
+    """A sample's problem text, normalised once: its prompt key (envs/data.py `prompt_key`) and
+    the hashes of its runs of `n` words."""
+    norm = normalize_prompt(problem_text(sample))
+    words = _WORD.findall(norm)
+    grams = {hashlib.blake2b(" ".join(words[i:i + n]).encode(), digest_size=8).digest()
+             for i in range(len(words) - n + 1)}
+    return hashlib.sha256(norm.encode("utf-8")).hexdigest(), grams
 
 
 @dataclass(frozen=True)
@@ -62,56 +66,62 @@ class Overlap:
                 f"{self.ngram} sharing a {NGRAM}-word run)")
 
 
+Hits = dict[str, tuple[set[int], set[int]]]
+"""benchmark -> (its problems with the same prompt, its problems sharing a 13-gram)."""
+
+
 class _Index:
-    """A benchmark's problems by prompt hash and by 13-gram, built once."""
+    """Every benchmark's problems by prompt hash and by 13-gram, built once, so that training
+    data is fingerprinted once for all benchmarks."""
 
-    def __init__(self, benchmark: Sequence[Sample]) -> None:
-        self.ids = [s.id for s in benchmark]
-        texts = [problem_text(s) for s in benchmark]
-        self.keys = {prompt_key(t): i for i, t in enumerate(texts)}
-        self.owners: dict[bytes, list[int]] = defaultdict(list)
-        for i, text in enumerate(texts):
-            for gram in _grams(text):
-                self.owners[gram].append(i)
+    def __init__(self, benchmarks: Mapping[str, Sequence[Sample]]) -> None:
+        self.ids = {name: [s.id for s in samples] for name, samples in benchmarks.items()}
+        self.keys: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        self.owners: dict[bytes, list[tuple[str, int]]] = defaultdict(list)
+        for name, samples in benchmarks.items():
+            for i, sample in enumerate(samples):
+                key, grams = fingerprint(sample)
+                self.keys[key].append((name, i))
+                for gram in grams:
+                    self.owners[gram].append((name, i))
 
-    def hits(self, train: Iterable[Sample]) -> tuple[set[int], set[int]]:
-        """(problems with the same prompt, problems sharing a 13-gram) in `train`."""
-        exact: set[int] = set()
-        ngram: set[int] = set()
+    def hits(self, train: Iterable[Sample]) -> Hits:
+        """Per benchmark, its problems found in `train` (streamed once)."""
+        out: Hits = {name: (set(), set()) for name in self.ids}
         for sample in train:
-            text = problem_text(sample)
-            hit = self.keys.get(prompt_key(text))
-            if hit is not None:
-                exact.add(hit)
-            if self.owners:
-                for gram in _grams(text):
-                    ngram.update(self.owners.get(gram, ()))
-        return exact, ngram
+            key, grams = fingerprint(sample)
+            for name, i in self.keys.get(key, ()):
+                out[name][0].add(i)
+            for gram in grams:
+                for name, i in self.owners.get(gram, ()):
+                    out[name][1].add(i)
+        return out
 
-    def overlap(self, exact: set[int], ngram: set[int]) -> Overlap:
-        both = sorted(exact | ngram)
-        return Overlap(problems=len(self.ids), exact=len(exact), ngram=len(ngram),
-                       contaminated=len(both), examples=tuple(self.ids[i] for i in both[:5]))
+    def overlap(self, name: str, exact: set[int], ngram: set[int]) -> Overlap:
+        both, ids = sorted(exact | ngram), self.ids[name]
+        return Overlap(problems=len(ids), exact=len(exact), ngram=len(ngram),
+                       contaminated=len(both), examples=tuple(ids[i] for i in both[:5]))
 
 
 def overlap(benchmark: Sequence[Sample], train: Iterable[Sample]) -> Overlap:
     """How many of `benchmark`'s problems appear in `train` (streamed once)."""
-    index = _Index(benchmark)
-    return index.overlap(*index.hits(train))
+    index = _Index({"benchmark": benchmark})
+    return index.overlap("benchmark", *index.hits(train)["benchmark"])
 
 
 def report(benchmarks: Mapping[str, Sequence[Sample]],
            train: Mapping[str, Sequence[Sample]]) -> dict[str, dict]:
     """Per benchmark: its overlap with all training tasks together, and with each of them
-    (each training task streamed once per benchmark)."""
+    (each training task streamed once, for every benchmark at once)."""
+    index = _Index(benchmarks)
+    per_task = {t: index.hits(s) for t, s in train.items()}
     out = {}
-    for name, samples in benchmarks.items():
-        index = _Index(samples)
-        per_task = {t: index.hits(s) for t, s in train.items()}
-        exact = set().union(*(e for e, _ in per_task.values()))
-        ngram = set().union(*(g for _, g in per_task.values()))
-        row = index.overlap(exact, ngram).to_dict()
-        row["train_tasks"] = {t: index.overlap(*h).to_dict() for t, h in per_task.items()}
+    for name in benchmarks:
+        exact = set().union(*(hits[name][0] for hits in per_task.values()))
+        ngram = set().union(*(hits[name][1] for hits in per_task.values()))
+        row = index.overlap(name, exact, ngram).to_dict()
+        row["train_tasks"] = {t: index.overlap(name, *hits[name]).to_dict()
+                              for t, hits in per_task.items()}
         out[name] = row
     return out
 
