@@ -22,6 +22,7 @@ from scalerl.coerce import ConfigError, apply_override, build, to_dict
 from scalerl.envs.catalog import get_task
 from scalerl.envs.grading import Grading, VerifierConfig
 from scalerl.envs.registry import UnknownTaskError
+from scalerl.local_data import task_with_data
 from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.types import Budget
 from scalerl.sandbox.config import SandboxConfig
@@ -194,13 +195,13 @@ def _task_errors(cfg: RunConfig) -> list[str]:
     errors = []
     for i, t in enumerate(cfg.tasks):
         try:
-            task = get_task(t.name)
+            get_task(t.name)
         except UnknownTaskError as e:
             errors.append(f"tasks[{i}].name: {e}")
             continue
         if t.data is not None:
             try:
-                task.with_data(t.data)
+                task_with_data(t.name, t.data)  # the copy the run will use (scalerl/local_data.py)
             except ValueError as e:
                 errors.append(f"tasks[{i}].data: {e}")
     names = [t.name for t in cfg.tasks]

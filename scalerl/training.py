@@ -227,13 +227,6 @@ def contamination_warnings(cfg: RunConfig, copies: dict | None = None) -> list[s
     return warnings(report(benches, train)) + notes
 
 
-def make_scorer(tasks, grading):
-    """The one scorer of a run: its Task objects and its grading settings."""
-    from scalerl.rollout.scorer import Scorer
-
-    return Scorer(tasks, grading)
-
-
 def start_generator(cfg: RunConfig, model_path: str, engine_log: Path | None, scorer):
     """The run's generator (rollout/factory.py: the vLLM engine in this process, or the
     `engine.servers`) scoring with `scorer`; with `engine_log`, everything an in-process engine
@@ -286,6 +279,7 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
     `recipe`: the recipe the config came from, for the experiment trackers."""
     from transformers import AutoTokenizer
 
+    from scalerl.rollout.scorer import Scorer
     from scalerl.trainer.loop import TrainTask, train
     from scalerl.trainer.waiting import init_waiting, wait_for_rank0
 
@@ -307,7 +301,7 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
     generator = publisher = None
     if accelerator.is_main_process:
         generator, publisher = start_rank0(cfg, policy, placement, accelerator, model_path,
-                                           engine_log, make_scorer(objects, cfg.grading))
+                                           engine_log, Scorer(objects, cfg.grading))
     wait_for_rank0()  # the other ranks wait for the engine here, outside the collective timeout
     set_cpu_threads(cfg.policy.cpu_threads)  # after the engine starts: its processes keep theirs
     devices = None if placement is None else placement.held(accelerator.num_processes)

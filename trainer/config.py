@@ -154,6 +154,13 @@ class AdvantageConfig:
 
     SECTION = "advantages"
 
+    @property
+    def rewards(self):
+        """The run's status -> reward map (trainer/rewards.py), the one the loop trains with."""
+        from scalerl.trainer.rewards import RewardMap
+
+        return RewardMap(self.correct_reward, self.wrong_reward)
+
     def __post_init__(self) -> None:
         from scalerl.trainer.advantages import NORMALISATIONS
 

@@ -43,7 +43,6 @@ from scalerl.trainer.packing import use_varlen_attention
 from scalerl.trainer.pipeline_source import PipelineSource
 from scalerl.trainer.policy import PolicyModule, hf_model, named_weights
 from scalerl.trainer.publish import Publisher
-from scalerl.trainer.rewards import RewardMap
 from scalerl.trainer.run import Run, TrainTask
 from scalerl.trainer.sampler import TaskSampler
 from scalerl.trainer.samples import sample_rows, truncate_samples
@@ -307,9 +306,8 @@ def next_groups(run: Run) -> tuple[list[Group], dict[str, float]]:
 
 
 def filter_groups(run: Run, groups: list[Group]) -> tuple[list[Group], GroupReport]:
-    f, a = run.cfg.filters, run.cfg.advantages
-    return prepare_groups(groups, truncation=f.truncation,
-                          rewards=RewardMap(a.correct_reward, a.wrong_reward),
+    f = run.cfg.filters
+    return prepare_groups(groups, truncation=f.truncation, rewards=run.cfg.advantages.rewards,
                           zero_variance_filter=f.zero_variance, retirement=run.retirement)
 
 

@@ -45,8 +45,9 @@ def build(args: argparse.Namespace, run_dir: Path):
     from scalerl.config import load_config, validate
     from scalerl.models import resolve_model
     from scalerl.rollout.factory import make_generator
+    from scalerl.rollout.scorer import Scorer
     from scalerl.trainer.loop import TrainTask, setup
-    from scalerl.training import build_accelerator, build_policy, make_scorer, run_tasks
+    from scalerl.training import build_accelerator, build_policy, run_tasks
 
     sets = ["val.every=0", "checkpoint.every=0", "log.progress=false", "log.trackers=[]",
             "offpolicy.mode=ppo", "offpolicy.k=1", *args.set]
@@ -58,7 +59,7 @@ def build(args: argparse.Namespace, run_dir: Path):
     objects = run_tasks(cfg)
     tasks = {t.name: TrainTask(objects[t.name], t.budget, t.weight) for t in cfg.tasks}
     generator = make_generator(model_path, cfg.engine, fp32_head=cfg.policy.fp32_head,
-                               scorer=make_scorer(objects, cfg.grading))
+                               scorer=Scorer(objects, cfg.grading))
     accelerator = build_accelerator(cfg.policy)
     policy = build_policy(cfg.policy, model_path, accelerator)
     run = setup(cfg, policy, AutoTokenizer.from_pretrained(model_path), generator, tasks,

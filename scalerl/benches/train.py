@@ -39,20 +39,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def step_batches(cfg, model_path: str, n: int) -> list:
     """`n` collated batches of the config's shape (its tasks, budgets, batch size), sampled by the
     real engine with the starting weights."""
+    from scalerl.rollout.scorer import Scorer
     from scalerl.trainer.batch import collate
     from scalerl.trainer.filters import PromptRetirement
     from scalerl.trainer.loop import TrainTask, make_sampler, source_settings
-    from scalerl.trainer.rewards import RewardMap
     from scalerl.trainer.sources import generate_groups
-    from scalerl.training import make_scorer, run_tasks, start_generator
+    from scalerl.training import run_tasks, start_generator
 
     objects = run_tasks(cfg)
     tasks = {t.name: TrainTask(objects[t.name], t.budget, t.weight) for t in cfg.tasks}
     sampler = make_sampler(cfg, tasks, PromptRetirement(enabled=False))
     s, a = source_settings(cfg, tasks), cfg.advantages
     batches = []
-    rewards = RewardMap(a.correct_reward, a.wrong_reward)
-    with start_generator(cfg, model_path, None, make_scorer(objects, cfg.grading)) as gen:
+    rewards = a.rewards
+    with start_generator(cfg, model_path, None, Scorer(objects, cfg.grading)) as gen:
         for i in range(n):
             groups = generate_groups(gen, [sampler() for _ in range(s.prompts_per_step)],
                                      s.budgets, n=s.rollouts_per_prompt,

@@ -210,12 +210,11 @@ def _train_mix(args, run_cfg, data: dict) -> dict:
     """The training tasks to check against: --train-tasks (with --data), else the run's own
     (with their `data:`), else none."""
     from scalerl.local_data import data_for, task_with_data
+    from scalerl.training import run_tasks
 
     if args.train_tasks:
         return {n: task_with_data(n, data_for(n, data)) for n in _names(args.train_tasks)}
-    if run_cfg is None:
-        return {}
-    return {t.name: task_with_data(t.name, t.data) for t in run_cfg.tasks}
+    return {} if run_cfg is None else run_tasks(run_cfg)
 
 
 def eval_settings(args, run_cfg, names: tuple[str, ...], ks: tuple[int, ...] | None,
@@ -291,11 +290,11 @@ def print_contamination(found: dict | None) -> None:
 
 def run_models(args, plan: Plan) -> int:
     from scalerl.eval_report import run_eval
-    from scalerl.training import make_scorer
+    from scalerl.rollout.scorer import Scorer
 
     def make_generator(path: str):
         return start_generator(path, plan.engine, fp32_head=plan.fp32_head,
-                               scorer=make_scorer(plan.tasks, plan.grading))
+                               scorer=Scorer(plan.tasks, plan.grading))
 
     try:
         found = contamination_of(plan)

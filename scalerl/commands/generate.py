@@ -112,12 +112,12 @@ def prepare(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from scalerl.envs.registry import UnknownTaskError
     from scalerl.preflight import PREFLIGHT_EXIT, PreflightError
-    from scalerl.training import make_scorer
+    from scalerl.rollout.scorer import Scorer
 
     try:
         task, samples, budget, model, config = prepare(args)
         gen = start_generator(model, config, fp32_head=args.fp32_head is not False,
-                              scorer=make_scorer([task], grading(args)))
+                              scorer=Scorer([task], grading(args)))
     except PreflightError as exc:
         print(exc.lines("generate"), file=sys.stderr)
         return PREFLIGHT_EXIT
