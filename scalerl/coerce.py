@@ -46,6 +46,12 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return _coerce_scalar(value, tp, where)
 
 
+def coerce_value(value: Any, tp: Any, where: str) -> Any:
+    """`value` as type `tp` by the rules `build` applies to each field (a `--set` string
+    parsed), else a ConfigError naming `where` and what is allowed."""
+    return _coerce(value, tp, where)
+
+
 def _coerce_union(value: Any, args: tuple, where: str) -> Any:
     is_none = value is None or (isinstance(value, str) and value.lower() in ("none", "null"))
     if is_none and type(None) in args:

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from scalerl.coerce import ConfigError, apply_override, build, to_dict
+from scalerl.coerce import ConfigError, apply_override, build, coerce_value, to_dict
 from scalerl.envs.catalog import get_task
 from scalerl.envs.grading import Grading, VerifierConfig
 from scalerl.envs.registry import UnknownTaskError
@@ -133,11 +133,9 @@ def _tensorboard_flag(data: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(log, dict) or "tensorboard" not in log:
         return data
     log = dict(log)
-    flag = log.pop("tensorboard")
-    on = flag if isinstance(flag, bool) else str(flag).lower() in ("1", "true", "yes", "on")
-    trackers = log.get("trackers", list(LogConfig.trackers))
-    if isinstance(trackers, str):  # `--set log.trackers=a,b`, as scalerl/coerce.py reads it
-        trackers = [t.strip() for t in trackers.strip("[]()").split(",") if t.strip()]
+    on = coerce_value(log.pop("tensorboard"), bool, "log.tensorboard")
+    trackers = coerce_value(log.get("trackers", LogConfig.trackers), tuple[str, ...],
+                            "log.trackers")
     trackers = [t for t in trackers if t != "tensorboard"]
     log["trackers"] = ["tensorboard", *trackers] if on else trackers
     return {**data, "log": log}

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scalerl.envs.base import Score, truncate
-from scalerl.envs.deadline_pool import Outcome, Pool
+from scalerl.envs.deadline_pool import Outcome, Pool, default_size
 from scalerl.envs.grading import DEFAULT_GRADING, Grading
 from scalerl.envs.kinds import Kind, register_kind
 from scalerl.envs.math.exact import (  # noqa: F401 (exact_value: part of this module's API)
@@ -196,11 +196,13 @@ def _worker_init() -> None:
 
 def shared_pool(workers: int | None) -> Pool:
     """The shared verifier pool of `workers` processes (None: the default size, min(4, cpus)),
-    made once per size and started on first use; a size below 1 is a ValueError."""
+    made once per size (None and the default's number share one) and started on first use; a
+    size below 1 is a ValueError."""
+    size = default_size() if workers is None else workers
     with _POOLS_LOCK:
-        if workers not in _POOLS:
-            _POOLS[workers] = make_pool(workers)  # checks the size; workers start on first use
-        return _POOLS[workers]
+        if size not in _POOLS:
+            _POOLS[size] = make_pool(size)  # checks the size; workers start on first use
+        return _POOLS[size]
 
 
 def shutdown_pools() -> None:

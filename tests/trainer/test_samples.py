@@ -4,6 +4,7 @@ file per step, cut back on resume; and `log.tensorboard`, the old spelling, stil
 import dataclasses
 import json
 
+import pytest
 from conftest import fake_groups
 
 from scalerl.envs.base import Score
@@ -82,7 +83,7 @@ def test_each_step_has_its_own_file_and_a_resume_drops_the_later_ones(tmp_path):
 
 
 def test_the_old_tensorboard_flag_is_read_as_a_tracker():
-    from scalerl.config import config_from_data, load_config
+    from scalerl.config import ConfigError, config_from_data, load_config
 
     assert load_config(None).log.trackers == ("tensorboard",)
     assert load_config(None, ["log.tensorboard=false"]).log.trackers == ()
@@ -90,3 +91,5 @@ def test_the_old_tensorboard_flag_is_read_as_a_tracker():
                        ).log.trackers == ("tensorboard", "wandb")
     old_run = {"log": {"tensorboard": True, "progress": False}}  # a config.yaml from before
     assert config_from_data(old_run).log.trackers == ("tensorboard",)
+    with pytest.raises(ConfigError, match=r"^log.tensorboard = 'maybe': allowed: true or false$"):
+        load_config(None, ["log.tensorboard=maybe"])

@@ -254,6 +254,9 @@ def test_the_kind_checks_in_the_pool_of_the_run_s_math_workers():
     one = shared_pool(1)
     assert one.size == 1 and one.worker_pids(), "the 1-worker pool did the check"
     assert shared_pool(1) is one
+    from scalerl.envs.deadline_pool import default_size
+
+    assert shared_pool(None) is shared_pool(default_size())  # one pool for one size
     with pytest.raises(ValueError, match="pool size must be >= 1, got 0"):
         shared_pool(0)
 
