@@ -28,14 +28,14 @@ from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.scorer import Scorer
 from scalerl.rollout.vllm_worker import ABORT_METHOD, INFO_METHOD, RELOAD_METHOD
-from scalerl.rollout.weight_files import staging_dir, write_weights
+from scalerl.rollout.weight_files import write_weights
 from scalerl.rollout.weights import (
     WeightsUnknownError,
     WeightUpdateError,
     checked_tensors,
     checkpoint_shapes,
     expand_versions,
-    weights_bytes,
+    weights_root,
 )
 
 RESUME_TIMEOUT_S = 30.0
@@ -56,9 +56,8 @@ class EngineGenerator(BaseGenerator):
         self._live: dict[str, list[tuple[int, int]]] = {}
         self._ids = itertools.count()
         self._user_paused = False
-        self._weights_root = staging_dir(self.config.weights_dir, weights_bytes(
-            self.model_path, self.config.dtype)) / (
-            f"scalerl-weights-{os.getpid()}-{id(self):x}")
+        self._weights_root = weights_root(self.config.weights_dir, self.model_path,
+                                          self.config.dtype, self)
         self._loaded_dir = model_dir(self.model_path)
         """The files of the weights now loaded (the model itself until the first update)."""
         self._llm = self._call(self._start(), start_timeout_s, "starting the vLLM engine")

@@ -39,13 +39,13 @@ from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.scorer import Scorer
 from scalerl.rollout.server_pool import RequestRejected, Server, ServerError, ServerPool
 from scalerl.rollout.vllm_worker import ABORT_METHOD, INFO_METHOD, RELOAD_METHOD
-from scalerl.rollout.weight_files import staging_dir, write_weights
+from scalerl.rollout.weight_files import write_weights
 from scalerl.rollout.weight_sync import ServersSyncClient
 from scalerl.rollout.weights import (
     WeightUpdateError,
     checked_tensors,
     checkpoint_shapes,
-    weights_bytes,
+    weights_root,
 )
 
 
@@ -78,9 +78,8 @@ class ServerGenerator(BaseGenerator):
         self._salt = uuid.uuid4().hex[:8]
         """This client's part of every cache salt: blocks cached for another client (e.g.
         another checkpoint on the same server) are never reused."""
-        self._weights_root = staging_dir(config.weights_dir, weights_bytes(
-            self.model_path, config.dtype)) / (
-            f"scalerl-weights-{os.getpid()}-{id(self):x}")
+        self._weights_root = weights_root(config.weights_dir, self.model_path, config.dtype,
+                                          self)
         self._model_dir = model_dir(self.model_path)
         """The model's files (a hub id's cached snapshot): the servers must read them too."""
         self._loaded_dir = self._model_dir

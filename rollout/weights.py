@@ -8,7 +8,9 @@ engine here (rollout/weight_files.py writes the tensors the engine reloads).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 
 import torch
 
@@ -75,6 +77,16 @@ def weights_bytes(model_path: str, dtype: str) -> int:
     except FileNotFoundError:
         return 0
     return size * sum(math.prod(shape) for shape in shapes.values())
+
+
+def weights_root(weights_dir: str | None, model_path: str, dtype: str, owner: object) -> Path:
+    """A folder of `owner`'s own (a generator) for the new weights it stages, under
+    rollout/weight_files.py `staging_dir`; the checkpoint's size, which decides whether
+    /dev/shm has room, is read only when `engine.weights_dir` leaves the choice open."""
+    from scalerl.rollout.weight_files import staging_dir
+
+    size = 0 if weights_dir else weights_bytes(model_path, dtype)
+    return staging_dir(weights_dir, size) / f"scalerl-weights-{os.getpid()}-{id(owner):x}"
 
 
 def check_tensors(tensors: Sequence[tuple[str, torch.Tensor]],
