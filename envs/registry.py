@@ -55,11 +55,17 @@ def register_task_prefix(prefix: str, *, description: str = "") -> Callable:
     return deco
 
 
+def family(name: str) -> str:
+    """The family of a parametric task name (`livecodebench` for `livecodebench:2024-08..2025-02`,
+    `arith` for `arith:add2`); a plain name is its own family."""
+    return name.split(":", 1)[0]
+
+
 def factory_of(name: str) -> Callable[..., Any]:
     """The factory that builds task `name` (a prefix's factory for `prefix:<rest>`)."""
     if name in _TASKS:
         return _TASKS[name]
-    prefix = name.split(":", 1)[0] if ":" in name else None
+    prefix = family(name) if ":" in name else None
     if prefix in _PREFIXES:
         return _PREFIXES[prefix]
     known = sorted(_TASKS) + [f"{p}:<name>" for p in sorted(_PREFIXES)]

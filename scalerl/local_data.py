@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from scalerl.envs.catalog import get_task
+from scalerl.envs.registry import family
 from scalerl.envs.task import Task
 
 
@@ -45,8 +46,7 @@ def data_for(name: str, data: Mapping[str, str]) -> str | None:
     `livecodebench:2024-08..2025-02`), else None."""
     if name in data:
         return data[name]
-    family = name.split(":", 1)[0]
-    return data.get(family) if family != name else None
+    return data.get(family(name)) if family(name) != name else None
 
 
 _WITH_DATA: dict[tuple[int, str], tuple[Task, Task]] = {}
@@ -72,7 +72,7 @@ def resolve_tasks(names: Iterable[str], data: Mapping[str, str],
     to."""
     names = list(dict.fromkeys(names))
     known = set(names) | set(also)
-    unused = [k for k in data if not any(n == k or n.split(":", 1)[0] == k for n in known)]
+    unused = [k for k in data if not any(k in (n, family(n)) for n in known)]
     if unused:
         raise ValueError(f"--data {unused[0]}: no task {unused[0]!r} among "
                          f"{', '.join(sorted(known))} (NAME is one of the tasks, or a family "

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from scalerl.envs.registry import family
 from scalerl.rollout.types import Budget
 
 R1_MAX_TOKENS = 32768
@@ -64,7 +65,7 @@ class Protocol:
 def _by_task(table: Mapping, task: str, default):
     if task in table:
         return table[task]
-    return table.get(task.split(":", 1)[0], default)
+    return table.get(family(task), default)
 
 
 R1 = Protocol(

@@ -114,6 +114,7 @@ def with_data(cfg: RunConfig, items: list[str], resume: bool) -> tuple[RunConfig
     import dataclasses
 
     from scalerl.envs.bench import BENCHMARKS
+    from scalerl.envs.registry import family
     from scalerl.local_data import data_for, parse_data
 
     try:
@@ -123,7 +124,7 @@ def with_data(cfg: RunConfig, items: list[str], resume: bool) -> tuple[RunConfig
     if data and resume:
         raise ConfigError("--data cannot be given with --resume (the run's config.yaml names "
                           "its tasks' data)")
-    names = {t.name for t in cfg.tasks} | {t.name.split(":", 1)[0] for t in cfg.tasks}
+    names = {t.name for t in cfg.tasks} | {family(t.name) for t in cfg.tasks}
     stray = [k for k in data if k not in names and k not in BENCHMARKS]
     if stray:
         raise ConfigError(f"--data {stray[0]}: neither a task of the mixture "
