@@ -124,15 +124,25 @@ def with_fn_name(tests: Any, meta: Mapping[str, Any]) -> Any:
     return tests
 
 
+def bench_tests(raw: Any, meta: Mapping[str, Any], column: str,
+                prelude: str | None = None) -> dict[str, Any]:
+    """The verifier's tests of a benchmark row: `raw` as envs/code/files.py reads it, with the
+    metadata's function name for functional tests that give none, `prelude` (code run before
+    the candidate's) and the metadata's time limit."""
+    tests = read_code_tests(with_fn_name(raw, meta), column)
+    if prelude is not None:
+        tests["prelude"] = prelude
+    limit = time_limit_s(meta)
+    if limit is not None:
+        tests["timeout_s"] = limit
+    return tests
+
+
 def deepcoder_row(row: Mapping[str, Any], task: str) -> Sample:
     problem = text_of(row, "problem", "question")
     meta = metadata_of(row)
     raw = row.get("tests")
-    tests = read_code_tests(with_fn_name(json.loads(raw) if isinstance(raw, str) else raw, meta),
-                            "tests")
-    limit = time_limit_s(meta)
-    if limit is not None:
-        tests["timeout_s"] = limit
+    tests = bench_tests(json.loads(raw) if isinstance(raw, str) else raw, meta, "tests")
     solutions = row.get("solutions") or []
     first = solutions[0] if solutions and isinstance(solutions[0], str) else None
     extra = {"solution": fenced(first)} if first else {}

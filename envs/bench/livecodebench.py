@@ -30,11 +30,10 @@ from types import MappingProxyType
 from typing import Any
 
 from scalerl.envs.base import Sample
-from scalerl.envs.bench.code_sets import code_prompt, metadata_of, time_limit_s, with_fn_name
+from scalerl.envs.bench.code_sets import bench_tests, code_prompt, metadata_of
 from scalerl.envs.bench.hub import HubSource
 from scalerl.envs.bench.math_sets import text_of
-from scalerl.envs.bench.task import BENCHMARKS, Benchmark, HubTask, register_benchmark
-from scalerl.envs.code.files import read_code_tests
+from scalerl.envs.bench.task import Benchmark, HubTask, register_benchmark
 from scalerl.envs.kinds import UnknownTaskError
 from scalerl.envs.registry import register_task_prefix
 
@@ -169,11 +168,7 @@ def lcb_row(row: Mapping[str, Any], task: str) -> Sample:
     meta = metadata_of(row)
     public = json.loads(row.get("public_test_cases") or "[]")
     private = decode_private(row.get("private_test_cases") or "[]")
-    tests = read_code_tests(with_fn_name(public + private, meta), "public_test_cases")
-    tests["prelude"] = IMPORTS
-    limit = time_limit_s(meta)
-    if limit is not None:
-        tests["timeout_s"] = limit
+    tests = bench_tests(public + private, meta, "public_test_cases", prelude=IMPORTS)
     return Sample(id=str(row["question_id"]), task=task,
                   prompt=code_prompt(question, str(row.get("starter_code") or "")), tests=tests,
                   meta={"problem": question, "title": row.get("question_title"),
@@ -195,5 +190,5 @@ LIVECODEBENCH = register_benchmark(Benchmark(
 def livecodebench_window(window: str) -> HubTask:
     """`livecodebench:START..END`: the release_v6 problems of that window only."""
     cut = parse_window(window)
-    return HubTask(BENCHMARKS["livecodebench"], name=f"livecodebench:{window}",
+    return HubTask(LIVECODEBENCH, name=f"livecodebench:{window}",
                    keep=in_window(cut), label=cut.describe())
