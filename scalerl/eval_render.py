@@ -83,6 +83,8 @@ def settings_lines(s: dict[str, Any]) -> list[str]:
 
 
 def contamination_lines(c: dict[str, Any] | None) -> list[str]:
+    from scalerl.contamination import NGRAM
+
     if not c:
         return ["## Contamination", "", "No training tasks known (evaluate a run directory, or "
                 "give --train-tasks NAMES): not checked.", ""]
@@ -90,11 +92,11 @@ def contamination_lines(c: dict[str, Any] | None) -> list[str]:
     if not c["train_tasks"]:
         return ["## Contamination", "", *skipped, ""]
     lines = ["## Contamination", "", *skipped, f"Benchmark problems also in the training tasks "
-             f"({', '.join(c['train_tasks'])}): same normalised prompt, or a shared 13-word "
-             "run.", "", "| benchmark | problems | same prompt | 13-gram | contaminated | "
+             f"({', '.join(c['train_tasks'])}): same normalised prompt, or a shared {NGRAM}-word "
+             f"run.", "", f"| benchmark | problems | same prompt | {NGRAM}-gram | contaminated | "
              "examples |", "|---|---|---|---|---|---|"]
     for name, row in c["benchmarks"].items():
-        lines.append(f"| {name} | {row['problems']} | {row['exact']} | {row['ngram13']} | "
+        lines.append(f"| {name} | {row['problems']} | {row['exact']} | {row[f'ngram{NGRAM}']} | "
                      f"{row['contaminated']} | {', '.join(row['examples']) or '-'} |")
     return lines + [""]
 

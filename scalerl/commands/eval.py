@@ -277,6 +277,8 @@ def contamination_of(plan: Plan) -> dict | None:
 
 
 def print_contamination(found: dict | None) -> None:
+    from scalerl.contamination import NGRAM
+
     if found is None:
         print("contamination: not checked (no training tasks; give --train-tasks NAMES)")
         return
@@ -285,7 +287,7 @@ def print_contamination(found: dict | None) -> None:
     for name, row in found["benchmarks"].items():
         print(f"contamination: {name}: {row['contaminated']} of {row['problems']} problems in "
               f"{', '.join(found['train_tasks'])} ({row['exact']} same prompt, "
-              f"{row['ngram13']} sharing a 13-word run)")
+              f"{row[f'ngram{NGRAM}']} sharing a {NGRAM}-word run)")
 
 
 def run_models(args, plan: Plan) -> int:
