@@ -10,6 +10,7 @@ resolves names here, once per process per (name, path), and hands the commands T
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -49,20 +50,17 @@ def data_for(name: str, data: Mapping[str, str]) -> str | None:
     return data.get(family(name)) if family(name) != name else None
 
 
-_WITH_DATA: dict[tuple[int, str], tuple[Task, Task]] = {}
-"""(id of the catalogue's task, path) -> (that task, its copy reading path)."""
-
-
 def task_with_data(name: str, path: str | None) -> Task:
     """Task `name` from the catalog, reading `path` when given: one object per process per
     (task, path), so its samples are read once; a task registered anew gets a new copy."""
     task = get_task(name)
-    if path is None:
-        return task
-    hit = _WITH_DATA.get((id(task), path))
-    if hit is None or hit[0] is not task:
-        hit = _WITH_DATA[(id(task), path)] = (task, task.with_data(path))
-    return hit[1]
+    return task if path is None else _copy(task, path)
+
+
+@functools.cache
+def _copy(task: Task, path: str) -> Task:
+    """`task` reading `path` (keyed by the task object itself: Task compares by identity)."""
+    return task.with_data(path)
 
 
 def resolve_tasks(names: Iterable[str], data: Mapping[str, str],
