@@ -7,6 +7,7 @@ verifier here (envs/math and envs/code register theirs).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -51,9 +52,13 @@ class Kind:
     starts."""
     options: tuple[str, ...] | None = None
     """The verifier options a task of this kind may set (None: any); `Task.preflight` refuses
-    others before anything starts, and the kind's verifier gives them an `error` verdict."""
+    others before anything starts, and `score` (wrapped here) gives them an `error` verdict."""
     option_hint: str = ""
     """Added to the refusal of an unknown option (e.g. where a setting moved to)."""
+
+    def __post_init__(self) -> None:
+        if self.options is not None:  # every verdict of this kind refuses unknown options
+            object.__setattr__(self, "score", _refusing_unknown_options(self, self.score))
 
     def options_problem(self, options: Mapping[str, Any]) -> str | None:
         """None when every option is one this kind knows, else one line naming the unknown ones
@@ -64,6 +69,18 @@ class Kind:
         hint = f" ({self.option_hint})" if self.option_hint else ""
         return (f"unknown {self.name} option(s) {', '.join(unknown)}; valid: "
                 f"{', '.join(self.options or ())}{hint}")
+
+
+def _refusing_unknown_options(kind: Kind, score: Callable[..., Score]) -> Callable[..., Score]:
+    """`score`, giving an `error` verdict naming them when the options hold one `kind` does
+    not know (a task spec's typo; `Task.preflight` refuses it before a run starts)."""
+    @functools.wraps(score)
+    def checked(sample: Sample, completion: str, options: Mapping[str, Any], *grading) -> Score:
+        problem = kind.options_problem(options)
+        return Score("error", problem) if problem is not None else score(
+            sample, completion, options, *grading)
+
+    return checked
 
 
 _KINDS: dict[str, Kind] = {}

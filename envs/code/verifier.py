@@ -230,9 +230,6 @@ run's `sandbox.backend`, never a task's."""
 
 def _score_sample(sample: Any, completion: str, options: Mapping[str, Any],
                   grading: Grading = DEFAULT_GRADING) -> Score:
-    problem = CODE_KIND.options_problem(options)
-    if problem is not None:
-        return Score("error", problem)
     if sample.tests is None:
         return Score("error", f"sample {sample.id!r} has no tests")
     if isinstance(options.get("limits"), Mapping):  # from a YAML/JSON task spec
@@ -247,7 +244,7 @@ def _preflight(options: Mapping[str, Any], grading: Grading = DEFAULT_GRADING) -
     return backend_problem(grading.sandbox.backend)
 
 
-CODE_KIND = register_kind(Kind(
+register_kind(Kind(
     name="code", score=_score_sample, gold_field="tests", system_prompt=CODE_SYSTEM_PROMPT,
     gold_columns=CODE_COLUMNS, read_gold=read_code_tests, preflight=_preflight,
     options=CODE_OPTIONS, option_hint="the sandbox is the run's sandbox.backend"))

@@ -325,13 +325,10 @@ def score_kind(sample: Any, completion: str, options: Mapping[str, Any],
                grading: Grading = DEFAULT_GRADING) -> Score:
     """The `math` kind's scorer: `score_math` with the task's options, in the pool of the run's
     `verifiers.math_workers`. Never raises."""
-    problem = MATH_KIND.options_problem(options)
-    if problem is not None:
-        return Score("error", problem)
     return score_math(completion, sample.answer, **options,
                       pool=shared_pool(grading.verifiers.math_workers))
 
 
-MATH_KIND = register_kind(Kind(
+register_kind(Kind(
     name="math", score=score_kind, gold_field="answer", system_prompt=MATH_SYSTEM_PROMPT,
     gold_columns=MATH_GOLD_COLUMNS, read_gold=read_math_gold, options=MATH_OPTIONS))
