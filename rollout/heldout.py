@@ -225,19 +225,19 @@ def summarize(name: str, records: Sequence[Record], ks: Sequence[int]) -> TaskRe
             pass_at[k] = float(np.mean([pass_at_k(int(n), int(c), k)
                                         for n, c in zip(ns, cs, strict=True)]))
     status_frac = {s: sum(r.status == s for r in records) / len(records) for s in STATUSES}
-    truncated, interrupted = (_count(records, f) for f in (
-        _frac_or_none(records, "truncated"), _interrupted_frac(records)))
+    truncated_frac, interrupted_frac = _frac_or_none(records, "truncated"), _interrupted_frac(
+        records)
     return TaskResult(
         name=name, samples=len(groups), rollouts=len(records), n_min=n_min, n_max=n_max,
         pass_at=pass_at, mean_at_n=float(np.mean(cs / ns)),
         stderr=float(np.std(cs / ns, ddof=1) / np.sqrt(len(ns))) if len(ns) > 1 else None,
         status_frac=status_frac,
-        truncated_frac=_frac_or_none(records, "truncated"),
-        interrupted_frac=_interrupted_frac(records),
+        truncated_frac=truncated_frac, interrupted_frac=interrupted_frac,
         mean_length=_mean_or_none([r.length for r in records]),
         mean_thinking_tokens=_mean_or_none([r.thinking_tokens for r in records]),
         mean_answer_tokens=_mean_or_none([r.answer_tokens for r in records]),
-        notes=tuple(notes), truncated=truncated, interrupted=interrupted)
+        notes=tuple(notes), truncated=_count(records, truncated_frac),
+        interrupted=_count(records, interrupted_frac))
 
 
 def _count(records: Sequence[Record], frac: float | None) -> int | None:

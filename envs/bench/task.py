@@ -128,7 +128,7 @@ class HubTask(Task):
 
     def build_splits(self) -> dict[str, tuple[Sample, ...]]:
         samples = self.read_samples()
-        keys = [prompt_key(s.meta.get("problem") or s.prompt) for s in samples]
+        keys = problem_keys(self.name, samples)
         if self.bench.role == "benchmark":
             split = assign_splits(keys, test_fraction=1.0)  # dedup only: all held out
         else:
@@ -155,7 +155,6 @@ class HubTask(Task):
         if not out:
             raise DataError(f"{self.name}: {where}: no rows" + (
                 f" in {self.label}" if self.label else ""))
-        _check_ids(self.name, out)
         return out
 
 
@@ -163,9 +162,12 @@ def _declared(bench: Benchmark) -> dict[str, int]:
     return {"test": bench.size} if bench.role == "benchmark" else {"train": bench.size}
 
 
-def _check_ids(name: str, samples: Sequence[Sample]) -> None:
+def problem_keys(name: str, samples: Sequence[Sample]) -> list[str]:
+    """Each sample's prompt key (of its problem text), the identity splits deduplicate by;
+    DataError when one sample id names two different problems."""
     seen: dict[str, str] = {}
-    for s in samples:
-        key = prompt_key(s.meta.get("problem") or s.prompt)
+    keys = [prompt_key(s.meta.get("problem") or s.prompt) for s in samples]
+    for s, key in zip(samples, keys, strict=True):
         if seen.setdefault(s.id, key) != key:
             raise DataError(f"{name}: sample id {s.id!r} is used by two different problems")
+    return keys
