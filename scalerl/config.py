@@ -208,10 +208,10 @@ def _task_errors(cfg: RunConfig) -> list[str]:
     return errors
 
 
-def validate(cfg: RunConfig, *, check_tasks: bool = True) -> RunConfig:
+def validate(cfg: RunConfig) -> RunConfig:
     """Raise ConfigError listing every task problem (one line each); returns `cfg` when clean.
     (Each section's own values were checked when it was built.)"""
-    errors = _task_errors(cfg) if check_tasks else []
+    errors = _task_errors(cfg)
     if errors:
         raise ConfigError("\n".join(errors))
     return cfg

@@ -179,8 +179,8 @@ def test_every_config_field_has_a_docstring():
 def test_cpu_threads_must_be_positive_or_null():
     with pytest.raises(ConfigError, match=r"^policy.cpu_threads = 0: must be >= 1 or null"):
         load_config("tiny-cpu", ["policy.cpu_threads=0"])
-    assert validate(load_config("tiny-cpu", ["policy.cpu_threads=null"]),
-                    check_tasks=False).policy.cpu_threads is None
+    assert validate(load_config("tiny-cpu", ["policy.cpu_threads=null"])
+                    ).policy.cpu_threads is None
 
 
 @pytest.mark.parametrize(("override", "message"), [
