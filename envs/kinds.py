@@ -75,10 +75,11 @@ def _refusing_unknown_options(kind: Kind, score: Callable[..., Score]) -> Callab
     """`score`, giving an `error` verdict naming them when the options hold one `kind` does
     not know (a task spec's typo; `Task.preflight` refuses it before a run starts)."""
     @functools.wraps(score)
-    def checked(sample: Sample, completion: str, options: Mapping[str, Any], *grading) -> Score:
+    def checked(sample: Sample, completion: str, options: Mapping[str, Any], *args: Any,
+                **kwargs: Any) -> Score:  # args, kwargs: the grading, when given
         problem = kind.options_problem(options)
         return Score("error", problem) if problem is not None else score(
-            sample, completion, options, *grading)
+            sample, completion, options, *args, **kwargs)
 
     return checked
 

@@ -149,8 +149,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             cfg = load_config(args.config, args.set)
         cfg, copies = with_data(cfg, args.data, args.resume)
-        # A dry run sizes the run: its tasks need not be registered here.
-        cfg = validate(cfg, check_tasks=not args.dry_run)
+        if not args.dry_run:  # a dry run sizes the run: its tasks need not be registered here
+            cfg = validate(cfg)
     except ConfigError as e:
         print(str(e), file=sys.stderr)
         return 2
