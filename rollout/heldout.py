@@ -3,7 +3,7 @@
 `aggregate()` turns scored rollouts (`Rollout` objects or `scalerl generate` rows) into per-task
 and overall figures; `evaluate()` generates on a task's held-out split and aggregates. The trainer's
 `val/...` metrics and `scalerl eval` both go through these functions. No files, caching or plots
-here (that is `scalerl/eval_report.py`).
+here (that is `scalerl/evaluation/report.py`).
 """
 
 from __future__ import annotations

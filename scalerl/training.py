@@ -2,19 +2,18 @@
 then `trainer.offpolicy.train`.
 
 `preflight(cfg)` checks that every task's verifier can work here with the run's grading settings
-(sandbox, math pool), before any model or engine is touched. `run_training(cfg, run_dir,
-model_path, ckpt)` is what `scalerl train`, `scalerl bench train` and the tests call: it builds
-the run's Task objects and its one scorer (those tasks plus the run's grading settings), decides
-which GPUs train and which generate (scalerl/placement.py; with `engine.servers` the engine is
-elsewhere and every GPU trains), builds Accelerate (its collective timeout from the config), the
-policy (gradient checkpointing, chunked LM head, FSDP2 sharding when asked: trainer/sharding.py),
-starts the generator on rank 0 (a vLLM engine in this process, its own output into `engine_log`
-when given, or the `engine.servers`) with that scorer and the policy's LM-head precision while
-the other ranks wait outside the collective timeout (trainer/waiting.py), resolves the task
-mixture and trains; the experiment trackers record `run_description` (config, recipe, model,
-tasks, versions) when the run starts. No argument parsing, no printing of results
-(scalerl/commands/train.py does that); rank 0 prints the start-up facts (placement, the trainer
-state's bytes per parameter) to stderr.
+(sandbox, math pool), before any model or engine is touched. `run_training(cfg, run_dir, model_path,
+ckpt)` is what `scalerl train`, `scalerl bench train` and the tests call: it builds the run's Task
+objects and its one scorer (those tasks plus the run's grading settings), decides which GPUs train
+and which generate (scalerl/planning/placement.py; with `engine.servers` the engine is elsewhere and
+every GPU trains), builds Accelerate (its collective timeout from the config), the policy (gradient
+checkpointing, chunked LM head, FSDP2 sharding when asked: trainer/sharding.py), starts the
+generator on rank 0 (a vLLM engine in this process, its own output into `engine_log` when given, or
+the `engine.servers`) with that scorer and the policy's LM-head precision while the other ranks wait
+outside the collective timeout (trainer/waiting.py), resolves the task mixture and trains; the
+experiment trackers record `run_description` (config, recipe, model, tasks, versions) when the run
+starts. No argument parsing, no printing of results (scalerl/commands/train.py does that); rank 0
+prints the start-up facts (placement, the trainer state's bytes per parameter) to stderr.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from pathlib import Path
 
 from scalerl.coerce import ConfigError
 from scalerl.config import RunConfig
-from scalerl.placement import Placement
+from scalerl.planning.placement import Placement
 
 LAUNCH_GPUS = "SCALERL_LAUNCH_GPUS"
 """The launcher's GPU ids, recorded once per process before the trainer's own view is narrowed."""
@@ -65,7 +64,7 @@ def place_gpus(cfg: RunConfig) -> Placement | None:
     before CUDA starts."""
     import torch
 
-    from scalerl.placement import apply_to_trainer, plan_placement, visible_gpus
+    from scalerl.planning.placement import apply_to_trainer, plan_placement, visible_gpus
 
     count = torch.cuda.device_count()  # NVML: does not start CUDA
     if count == 0 or cfg.engine.servers:  # no GPU, or the engine runs on the servers
@@ -83,13 +82,13 @@ def place_gpus(cfg: RunConfig) -> Placement | None:
 
 def share_gpu(cfg: RunConfig, placement: Placement, model_path: str, ranks: int) -> RunConfig:
     """`cfg` with the engine's memory fraction sized for the GPU it shares with trainer rank 0
-    (its weights + KV cache + its runtime, over the GPU's total; scalerl/sizing.py), refused in
-    one line when the trainer's estimate and the engine's cannot both fit."""
+    (its weights + KV cache + its runtime, over the GPU's total; scalerl/planning/sizing.py),
+    refused in one line when the trainer's estimate and the engine's cannot both fit."""
     import dataclasses
 
     import torch
 
-    from scalerl.sizing import (
+    from scalerl.planning.sizing import (
         engine_memory,
         model_shape,
         shared_engine_fraction,
@@ -112,7 +111,7 @@ def room_for_engine(engine, placement: Placement) -> None:
     """With the policy on the shared GPU: the free memory must cover the engine's request."""
     import torch
 
-    from scalerl.sizing import check_engine_room
+    from scalerl.planning.sizing import check_engine_room
 
     gpu = placement.shared[0]
     free, total = torch.cuda.mem_get_info(placement.train.index(gpu))
@@ -203,10 +202,10 @@ def contamination_warnings(cfg: RunConfig, copies: dict | None = None) -> list[s
     counts), for the benchmarks readable here without a download (`copies`: local copies by
     name, as `--data` gives them; else a Hugging Face cache); a note for one that fails to
     load. Nothing is read when no benchmark is at hand."""
-    from scalerl.contamination import report, warnings
     from scalerl.envs.bench import BENCHMARKS
     from scalerl.envs.bench.hub import is_cached
     from scalerl.envs.data import DataError
+    from scalerl.evaluation.contamination import report, warnings
     from scalerl.local_data import data_for, task_with_data
 
     trained = {t.name for t in cfg.tasks}
@@ -324,7 +323,7 @@ def start_rank0(cfg: RunConfig, policy, placement: Placement | None, accelerator
     """Rank 0: print the start-up facts, start the generator scoring with `scorer` (on a shared
     GPU once the free memory covers it), check both sides' LM head (the config before, what the
     engine reports after), and make the publisher."""
-    from scalerl.placement import engine_env
+    from scalerl.planning.placement import engine_env
     from scalerl.rollout.weights import check_precision_match
     from scalerl.trainer.publish import make_publisher
     from scalerl.trainer.sharding import memory_line

@@ -3,12 +3,13 @@
 `--rollouts FILE` aggregates rows (`scalerl generate` output) without a model; `--model PATH...`
 generates through the vLLM engine with a per-sample cache in `--out DIR/cache` and writes
 results.json, results.md and (for several checkpoints) results.png, and with `--log-with` sends
-them to experiment trackers (scalerl/eval_tracking.py). The sampling settings come from
-`--protocol` (scalerl/protocols.py: r1, greedy, default, or the run's own, the default for a run
-dir), flags overriding it; the benchmarks' problems are checked against the training tasks (the
-run's, or `--train-tasks`) for contamination (scalerl/contamination.py). The estimators are
+them to experiment trackers (scalerl/evaluation/tracking.py). The sampling settings come from
+`--protocol` (scalerl/evaluation/protocols.py: r1, greedy, default, or the run's own, the
+default for a run dir), flags overriding it; the benchmarks' problems are checked against the
+training tasks (the run's, or `--train-tasks`) for contamination
+(scalerl/evaluation/contamination.py). The estimators are
 `scalerl.rollout.heldout`'s (shared with the trainer's validation); the files are
-`scalerl.eval_report`'s. This module parses arguments and prints.
+`scalerl.evaluation.report`'s. This module parses arguments and prints.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from scalerl.commands.engine_args import (
     start_generator,
 )
 from scalerl.envs.grading import Grading
+from scalerl.evaluation.protocols import protocol_names
 from scalerl.local_data import add_data_arg
-from scalerl.protocols import protocol_names
 from scalerl.rollout.engine_config import EngineConfig
 
 HELP = "evaluate checkpoints on held-out sets (unbiased pass@k, mean@n), or aggregate rollouts"
@@ -120,7 +121,7 @@ def parse_ks(text: str) -> tuple[int, ...]:
 
 
 def print_report(report: dict, ks: tuple[int, ...]) -> None:
-    from scalerl.eval_report import task_table
+    from scalerl.evaluation.report import task_table
 
     print("\n".join(task_table(report, ks)))
     notes = sorted({n for d in [*report["tasks"].values(), report["overall"]]
@@ -130,7 +131,7 @@ def print_report(report: dict, ks: tuple[int, ...]) -> None:
 
 
 def run_rollouts(args, ks) -> int:
-    from scalerl.eval_report import read_rollout_records
+    from scalerl.evaluation.report import read_rollout_records
     from scalerl.rollout.heldout import aggregate
 
     report = aggregate(read_rollout_records(args.rollouts), ks).to_dict()
@@ -163,7 +164,7 @@ def run_config_of(paths: list[str]):
 
 def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
     """Settings, models and engine of a --model run; ValueError before any engine starts."""
-    from scalerl.eval_report import resolve_models
+    from scalerl.evaluation.report import resolve_models
     from scalerl.local_data import parse_data, resolve_tasks
     from scalerl.preflight import check_tasks, task_problems
 
@@ -221,8 +222,8 @@ def eval_settings(args, run_cfg, names: tuple[str, ...], ks: tuple[int, ...] | N
                   max_model_len: int):
     """The protocol's settings for `names`, with the flags given on top; a budget that cannot
     fit the engine's context is cut to fit (and the report says so)."""
-    from scalerl.eval_report import EvalSettings
-    from scalerl.protocols import PROTOCOLS, RUN, run_protocol
+    from scalerl.evaluation.protocols import PROTOCOLS, RUN, run_protocol
+    from scalerl.evaluation.report import EvalSettings
 
     name = args.protocol or (RUN if run_cfg is not None else "default")
     if name == RUN and run_cfg is None:
@@ -259,8 +260,8 @@ def contamination_of(plan: Plan) -> dict | None:
     """Each benchmark's problems (its whole evaluated split) against the training tasks' train
     splits; None when no training task is known. A training task whose data cannot be had or
     read here is skipped, with its one line in `skipped`."""
-    from scalerl.contamination import report
     from scalerl.envs.data import DataError
+    from scalerl.evaluation.contamination import report
 
     skipped, train = list(plan.train_skipped), {}
     for name, task in plan.train_tasks.items():
@@ -277,7 +278,7 @@ def contamination_of(plan: Plan) -> dict | None:
 
 
 def print_contamination(found: dict | None) -> None:
-    from scalerl.contamination import NGRAM
+    from scalerl.evaluation.contamination import NGRAM
 
     if found is None:
         print("contamination: not checked (no training tasks; give --train-tasks NAMES)")
@@ -291,7 +292,7 @@ def print_contamination(found: dict | None) -> None:
 
 
 def run_models(args, plan: Plan) -> int:
-    from scalerl.eval_report import run_eval
+    from scalerl.evaluation.report import run_eval
     from scalerl.rollout.scorer import Scorer
 
     def make_generator(path: str):
@@ -336,7 +337,7 @@ def tracker_names(text: str) -> tuple[str, ...]:
 
 def track(results: dict, args, plan: Plan) -> None:
     """The results to the `--log-with` trackers (one warning per tracker that cannot start)."""
-    from scalerl.eval_tracking import eval_run, log_results
+    from scalerl.evaluation.tracking import eval_run, log_results
     from scalerl.training import versions
 
     run = eval_run(args.out, plan.project, plan.run_name)
@@ -347,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
     from scalerl.coerce import ConfigError
     from scalerl.envs.data import DataError
     from scalerl.envs.registry import UnknownTaskError
-    from scalerl.eval_report import EvalInputError
+    from scalerl.evaluation.report import EvalInputError
     from scalerl.preflight import PREFLIGHT_EXIT, PreflightError
 
     try:

@@ -149,7 +149,7 @@ def show_task(task: Task, split: str, n: int, *, as_json: bool) -> int:
 
 def overlap_tasks(a: str, b: str, data: dict, *, as_json: bool) -> int:
     """How many of `a`'s problems (every split) `b` holds (every split)."""
-    from scalerl.contamination import overlap
+    from scalerl.evaluation.contamination import overlap
 
     tasks = resolve_tasks([a, b], data)
     every = {n: [s for split in t.splits for s in t.samples(split)] for n, t in tasks.items()}

@@ -6,7 +6,7 @@ runs the preflight (every task's verifier must work here) before any model or en
 `scalerl.training.run_training`. Prints held-out pass@1 per task before and after, a warning per
 task whose held-out error rate passed 5%, the wall time and the peak resident memory of the whole
 process tree. The engine's own output goes to <run-dir>/engine.log unless `--verbose`.
-`--dry-run` sizes the run instead (scalerl/dry_run.py) and starts nothing.
+`--dry-run` sizes the run instead (scalerl/planning/dry_run.py) and starts nothing.
 """
 
 from __future__ import annotations
@@ -174,10 +174,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def dry_run_command(cfg: RunConfig, args: argparse.Namespace) -> int:
-    """`--dry-run`: the placement and memory per GPU (scalerl/dry_run.py); exit 2 with one line
-    when the layout cannot fit. Under a launcher only rank 0 prints."""
-    from scalerl.dry_run import describe, dry_run
-    from scalerl.placement import PlacementError
+    """`--dry-run`: the placement and memory per GPU (scalerl/planning/dry_run.py); exit 2
+    with one line when the layout cannot fit. Under a launcher only rank 0 prints."""
+    from scalerl.planning.dry_run import describe, dry_run
+    from scalerl.planning.placement import PlacementError
 
     if not _rank0():
         return 0

@@ -17,8 +17,8 @@ from scalerl import cli
 from scalerl.cli import build_parser
 from scalerl.commands.eval import prepare
 from scalerl.config import load_config
-from scalerl.contamination import overlap
 from scalerl.envs.base import Sample
+from scalerl.evaluation.contamination import overlap
 from scalerl.rollout.types import Budget
 
 

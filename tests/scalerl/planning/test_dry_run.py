@@ -20,7 +20,7 @@ from published_configs import (
     write_config,
 )
 
-from scalerl.sizing import (
+from scalerl.planning.sizing import (
     ModelShape,
     TrainerLayout,
     engine_memory,

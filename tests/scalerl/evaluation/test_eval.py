@@ -12,7 +12,7 @@ import pytest
 from scalerl import cli
 from scalerl.envs.base import Score
 from scalerl.envs.catalog import get_task
-from scalerl.eval_report import (
+from scalerl.evaluation.report import (
     EvalInputError,
     EvalSettings,
     ModelRef,
@@ -103,7 +103,7 @@ def test_bad_eval_arguments_fail_before_any_engine(argv, message, capsys):
 
 @pytest.mark.slow  # builds the tiny model when it is not cached
 def test_tiny_names_the_same_model_in_eval_as_everywhere(tiny_model_path):
-    from scalerl.eval_report import resolve_models
+    from scalerl.evaluation.report import resolve_models
 
     [ref] = resolve_models(["tiny"])
     assert (ref.path, ref.label) == (tiny_model_path, "tiny")

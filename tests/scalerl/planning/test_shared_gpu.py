@@ -12,7 +12,7 @@ import torch
 from published_configs import QWEN25_1_5B, QWEN25_1_5B_PARAMS, write_config
 
 from scalerl.config import load_config
-from scalerl.placement import Placement, PlacementError
+from scalerl.planning.placement import Placement, PlacementError
 from scalerl.training import room_for_engine, share_gpu
 
 GIB = 2**30

@@ -1,12 +1,12 @@
 """`scalerl train --dry-run`: whether a run fits its GPUs, before the first GPU hour.
 
-`plan_run(cfg, ...)` builds the model on `meta` from its config.json alone (no weights; a hub
-id fetches that one file), places the trainer ranks and the engine as the run would
-(scalerl/placement.py) on the GPUs seen or told of, and sizes each trainer rank and the engine
-with scalerl/sizing.py's memory model: weights, gradients, optimizer, all-gathered layers,
-activations at the micro-batch's tokens, logits chunks; the engine's KV capacity in full-length
-sequences, the rollouts in flight and the bytes of each publish. `DryRun.refusal` is the one
-line a layout that cannot fit gets. No GPU memory is allocated and nothing starts.
+`plan_run(cfg, ...)` builds the model on `meta` from its config.json alone (no weights; a hub id
+fetches that one file), places the trainer ranks and the engine as the run would
+(scalerl/planning/placement.py) on the GPUs seen or told of, and sizes each trainer rank and the
+engine with scalerl/planning/sizing.py's memory model: weights, gradients, optimizer, all-gathered
+layers, activations at the micro-batch's tokens, logits chunks; the engine's KV capacity in
+full-length sequences, the rollouts in flight and the bytes of each publish. `DryRun.refusal` is the
+one line a layout that cannot fit gets. No GPU memory is allocated and nothing starts.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import os
 from dataclasses import asdict, dataclass
 
 from scalerl.config import RunConfig
-from scalerl.placement import Placement, PlacementError, plan_placement
-from scalerl.sizing import (
+from scalerl.planning.placement import Placement, PlacementError, plan_placement
+from scalerl.planning.sizing import (
     BYTES,
     GIB,
     ModelShape,

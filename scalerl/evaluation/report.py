@@ -5,7 +5,7 @@ Adds what the trainer's validation does not need: resolving checkpoints (paths o
 task, sample, seed, sampling settings) rollout cache so a rerun after an interruption generates
 only what is missing. Sample selection, generation call and estimators are
 `scalerl.rollout.heldout`'s, unchanged; the Markdown tables and the plot are
-`scalerl.eval_render`'s.
+`scalerl.evaluation.render`'s.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 from scalerl.envs.base import dumps
 from scalerl.envs.task import Task
-from scalerl.eval_render import task_table, write_report  # noqa: F401 - part of this API
+from scalerl.evaluation.render import task_table, write_report  # noqa: F401 - part of this API
 from scalerl.models import resolve_model
 from scalerl.rollout.heldout import (
     EvalReport,
@@ -276,8 +276,8 @@ def run_eval(models: Sequence[ModelRef], settings: EvalSettings, out_dir: str | 
              tasks: Mapping[str, Task] | None = None,
              contamination: dict[str, Any] | None = None) -> dict[str, Any]:
     """Evaluate every model, write results.json, results.md (and results.png for several).
-    `contamination` (scalerl/contamination.py `report`, with the training tasks' names) is
-    written beside the figures."""
+    `contamination` (scalerl/evaluation/contamination.py `report`, with the training tasks'
+    names) is written beside the figures."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cache = RolloutCache(out_dir / "cache")

@@ -5,7 +5,7 @@ budgets), then per checkpoint one row per benchmark: pass@1 ± its standard erro
 other ks asked, truncated and interrupted shares (with counts) and the sample count; with several
 checkpoints a comparison (one row per checkpoint) and a plot of pass@k against step; and, when
 training tasks are known, the contamination counts per benchmark. Formatting only: the figures
-come from scalerl/eval_report.py and rollout/heldout.py.
+come from scalerl/evaluation/report.py and rollout/heldout.py.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def settings_lines(s: dict[str, Any]) -> list[str]:
 
 
 def contamination_lines(c: dict[str, Any] | None) -> list[str]:
-    from scalerl.contamination import NGRAM
+    from scalerl.evaluation.contamination import NGRAM
 
     if not c:
         return ["## Contamination", "", "No training tasks known (evaluate a run directory, or "

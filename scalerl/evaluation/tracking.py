@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scalerl.eval_render import mean_key
+from scalerl.evaluation.render import mean_key
 from scalerl.trainer.trackers import TrackedRun
 from scalerl.trainer.tracking import Tracking
 

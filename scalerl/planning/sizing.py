@@ -182,7 +182,7 @@ def shared_engine_fraction(gpu: str, total: int, trainer: dict[str, int],
     rank: its own need over the total, not a share of the whole GPU. vLLM 0.32 refuses to start
     when free memory < utilization x total, and the trainer holds `trainer` of it
     (PlacementError, one line with the numbers, when both cannot fit)."""
-    from scalerl.placement import PlacementError
+    from scalerl.planning.placement import PlacementError
 
     if sum(trainer.values()) + sum(engine.values()) > total:
         raise PlacementError(
@@ -196,7 +196,7 @@ def shared_engine_fraction(gpu: str, total: int, trainer: dict[str, int],
 def check_engine_room(gpu: str, free: int, total: int, fraction: float) -> None:
     """Before the engine starts on a shared GPU: PlacementError (one line) unless the free
     memory covers what vLLM will ask for (`fraction` x `total`), as vLLM's own check does."""
-    from scalerl.placement import PlacementError
+    from scalerl.planning.placement import PlacementError
 
     need = fraction * total
     if free < need:

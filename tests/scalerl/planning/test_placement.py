@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from scalerl.placement import (
+from scalerl.planning.placement import (
     Placement,
     PlacementError,
     apply_to_trainer,

@@ -15,7 +15,7 @@ from tracked import offline_env, trackio_logs, trackio_runs, wandb_runs, wandb_t
 
 from scalerl.cli import build_parser
 from scalerl.commands.eval import prepare
-from scalerl.eval_tracking import steps_of
+from scalerl.evaluation.tracking import steps_of
 
 
 def test_eval_sends_each_checkpoint_and_the_results_table_to_wandb_and_trackio(tmp_path):
