@@ -35,6 +35,12 @@ class GeneratorUnavailable(RuntimeError):
     nothing it returned is lost, so a training run checkpoints and stops, and resumes later."""
 
 
+class EngineDied(GeneratorUnavailable):
+    """The in-process engine's own processes are gone (killed, out of memory, a crash in a
+    kernel): nothing more can be generated in this process; a training run checkpoints and
+    stops, and `--resume` starts a fresh engine."""
+
+
 @dataclass
 class Sampled:
     """What one sampling request returned."""

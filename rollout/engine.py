@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from scalerl.rollout.base_generator import BaseGenerator, Sampled
+from scalerl.rollout.base_generator import BaseGenerator, EngineDied, Sampled
 from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.scorer import Scorer
@@ -46,8 +46,7 @@ class EngineGenerator(BaseGenerator):
     """Scored rollouts from a vLLM engine started in this process (AsyncLLM)."""
 
     def __init__(self, model_path: str, *, config: EngineConfig | None = None,
-                 fp32_head: bool = True, scorer: Scorer | None = None,
-                 start_timeout_s: float = 600.0) -> None:
+                 fp32_head: bool = True, scorer: Scorer | None = None) -> None:
         self.config = config or EngineConfig()
         os.environ.update(self.config.process_env())
         super().__init__(model_path, max_model_len=self.config.max_model_len,
@@ -60,7 +59,8 @@ class EngineGenerator(BaseGenerator):
                                           self.config.dtype, self)
         self._loaded_dir = model_dir(self.model_path)
         """The files of the weights now loaded (the model itself until the first update)."""
-        self._llm = self._call(self._start(), start_timeout_s, "starting the vLLM engine")
+        self._llm = self._call(self._start(), self.config.start_timeout_s,
+                               "starting the vLLM engine (engine.start_timeout_s)")
         [self.engine_info, *_] = self._call(self._llm.collective_rpc(INFO_METHOD), 60.0,
                                             "asking the engine what it runs")
         freeze_heap()
@@ -90,9 +90,33 @@ class EngineGenerator(BaseGenerator):
             final = None
             async for out in self._llm.generate(request, params, rid):
                 final = out
+        except Exception as exc:
+            if self._dead():
+                raise EngineDied(self._death("generating")) from exc
+            raise
         finally:
             marks = self._live.pop(rid)
         return self._sampled(final, marks)
+
+    def _dead(self) -> bool:
+        """Whether the engine's core process is gone (vLLM then fails every call)."""
+        llm = getattr(self, "_llm", None)
+        return llm is not None and bool(llm.errored)
+
+    @staticmethod
+    def _death(what: str) -> str:
+        return (f"the vLLM engine died while {what}: its core process is gone (killed, out of "
+                "memory, or crashed: a run's engine.log has its last words); nothing more can "
+                "be generated in this process")
+
+    def _call(self, coro, timeout_s: float | None, what: str):
+        """BaseGenerator's call on the engine's loop; EngineDied when the engine is gone."""
+        try:
+            return super()._call(coro, timeout_s, what)
+        except Exception as exc:
+            if self._dead():
+                raise EngineDied(self._death(what)) from exc
+            raise
 
     @staticmethod
     def _sampled(final, marks: list[tuple[int, int]]) -> Sampled:

@@ -63,6 +63,9 @@ class EngineConfig:
     an NCCL broadcast with its load, a server's `/update_weights`): minutes for an 8B model. A
     publish that fails or runs past it stops a training run with a checkpoint (`--resume`
     continues, and may change this value)."""
+    start_timeout_s: float = 600.0
+    """Most seconds the in-process engine may take to start (load the weights, profile, build
+    the KV cache; CUDA graphs on a GPU): a large model from slow storage needs more."""
     weights_dir: str | None = None
     """Where new policy weights are staged for the engine to reload (None: /dev/shm when it has
     room for two versions of them, else the system's temp dir). Servers on other machines need
@@ -138,8 +141,8 @@ class EngineConfig:
                                  "http://HOST:PORT or https://HOST:PORT")
         if len(set(self.servers)) != len(self.servers):
             raise ValueError(f"EngineConfig.servers lists a server twice: {list(self.servers)}")
-        for name in ("weight_timeout_s", "server_timeout_s", "server_request_timeout_s",
-                     "server_wait_s"):
+        for name in ("weight_timeout_s", "start_timeout_s", "server_timeout_s",
+                     "server_request_timeout_s", "server_wait_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"EngineConfig.{name} must be > 0, got {getattr(self, name)}")
 

@@ -148,7 +148,8 @@ def load_config(name_or_path: str | None = None, overrides: list[str] = ()) -> R
 
 RESUMABLE: tuple[str, ...] = ("steps", "val", "checkpoint", "log", "sandbox", "verifiers",
                               "filters.max_error_frac", "filters.error_patience",
-                              "engine.weight_timeout_s", "engine.server_timeout_s",
+                              "engine.weight_timeout_s", "engine.start_timeout_s",
+                              "engine.server_timeout_s",
                               "engine.server_request_timeout_s", "engine.server_wait_s")
 """Settings (and sections) a `--set` may change when a run is resumed: how long it runs, what is
 validated, logged and kept, where code is checked, when verifier errors stop it, how long it

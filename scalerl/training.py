@@ -273,9 +273,10 @@ def run_description(cfg: RunConfig, recipe: str | None) -> dict:
 
 
 def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | None = None, *,
-                 engine_log: Path | None = None, recipe: str | None = None):
+                 engine_log: Path | None = None, recipe: str | None = None, stop=None):
     """Build model, generator and tasks; train; return the Run (None on ranks other than 0).
-    `recipe`: the recipe the config came from, for the experiment trackers."""
+    `recipe`: the recipe the config came from, for the experiment trackers; `stop`: the
+    process's StopRequest (trainer/stopping.py; its signal handlers set it)."""
     from transformers import AutoTokenizer
 
     from scalerl.rollout.scorer import Scorer
@@ -311,7 +312,7 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
         run = train(cfg, model=policy, tokenizer=tokenizer, generator=generator, tasks=tasks,
                     run_dir=run_dir, accelerator=accelerator, resume_from=ckpt,
                     publisher=publisher, devices=devices,
-                    description=run_description(cfg, recipe))
+                    description=run_description(cfg, recipe), stop=stop)
     finally:
         if generator is not None:
             generator.close()

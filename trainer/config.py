@@ -350,6 +350,10 @@ class LogConfig:
 class CheckpointConfig:
     every: int = 100
     """Checkpoint every N optimizer steps (and at the end); 0: only at the end."""
+    every_s: float = 0.0
+    """Also checkpoint at the first step boundary at least this many seconds after the last
+    checkpoint (0: off). At the recipe's scale 100 steps are days apart: e.g. 3600 bounds what
+    a crash loses to an hour."""
     keep: int = 2
     """Most recent checkpoints kept."""
 
@@ -357,6 +361,7 @@ class CheckpointConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, [(self.every >= 0, "every", "must be >= 0"),
+                            (self.every_s >= 0, "every_s", "must be >= 0 seconds"),
                             (self.keep >= 1, "keep", "must be >= 1")])
 
 

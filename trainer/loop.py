@@ -49,6 +49,7 @@ from scalerl.trainer.samples import sample_rows, truncate_samples
 from scalerl.trainer.sharding import gather_weights, is_sharded
 from scalerl.trainer.sources import PPOOffPolicy, RolloutSource, SourceSettings
 from scalerl.trainer.step import StepSettings, train_step
+from scalerl.trainer.stopping import Boundary, StopRequest, clock_due
 from scalerl.trainer.tracking import start_tracking
 from scalerl.trainer.waiting import broadcast_from_rank0, wait_for_rank0
 
@@ -63,7 +64,7 @@ SOURCES: dict[str, Callable[..., RolloutSource]] = {"ppo": PPOOffPolicy,
 def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str, TrainTask],
           run_dir: Path, accelerator, resume_from: Path | None = None,
           publisher: Publisher | None = None, devices: int | None = None,
-          description: Mapping[str, Any] | None = None) -> Run:
+          description: Mapping[str, Any] | None = None, stop: StopRequest | None = None) -> Run:
     """Run `cfg.steps` optimizer steps (from a checkpoint when `resume_from`); returns the run.
 
     `model`: a Hugging Face model or a `PolicyModule` (already sharded when
@@ -71,11 +72,15 @@ def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str
     `update_weights`). `devices`: the devices the run holds, for the compute axis (None: one per
     trainer process plus one for the generator). `description`: what the experiment trackers
     record of the run when it starts (the glue's: config, recipe, model, tasks, versions).
+    `stop`: set by the process's signal handlers; the run checkpoints and stops (RunStopped)
+    at the next step boundary once it is set.
     """
     run = setup(cfg, model, tokenizer, generator, tasks, Path(run_dir), accelerator, publisher,
                 devices, description)
+    run.stop = stop or StopRequest()
     if resume_from is not None:
         restore(run, resume_from)
+    run.stop.arm()
     try:
         loop(run)
     except GeneratorUnavailable as exc:  # e.g. no vLLM server left: keep what we have, stop
@@ -83,13 +88,27 @@ def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str
         finish(run)
         raise RunStopped(f"stopped at step {run.step}: {exc}; a checkpoint is written under "
                          f"{run.run_dir}/checkpoints: continue with --resume once generation "
-                         "is back") from exc
+                         "is back", step=run.step) from exc
+    except Preempted as exc:  # the loop checkpointed the step
+        finish(run)
+        raise RunStopped(f"stopped at step {run.step} on {exc}: a checkpoint is written under "
+                         f"{run.run_dir}/checkpoints: continue with --resume",
+                         step=run.step) from exc
     finish(run)
     return run
 
 
 class RunStopped(RuntimeError):
     """The run stopped before its last step with a checkpoint written; `--resume` continues."""
+
+    def __init__(self, message: str, *, step: int) -> None:
+        super().__init__(message)
+        self.step = step
+        """The step checkpointed (the resumed run's first step is the next one)."""
+
+
+class Preempted(Exception):
+    """A stop was asked (a signal's name): raised at a step boundary, after its checkpoint."""
 
 
 def loop(run: Run) -> None:
@@ -122,10 +141,24 @@ def loop(run: Run) -> None:
         if not stop and validation_due(run):
             validate_everywhere(run)
         end_step(run)  # the trackers get the step whole, before its checkpoint
-        if stop or due(run.step, cfg.checkpoint.every) or run.step == cfg.steps:
+        here = boundary(run)
+        if (stop or here.stop or here.save or due(run.step, cfg.checkpoint.every)
+                or run.step == cfg.steps):
             checkpoint(run)
+        if here.stop and run.step < cfg.steps:
+            raise Preempted(here.stop)
         if stop:
             break
+
+
+def boundary(run: Run) -> Boundary:
+    """Rank 0's decision at the end of a step, on every rank: stop here (a signal asked for
+    it) and whether a checkpoint is due by the clock (`checkpoint.every_s`)."""
+    here = None
+    if run.accelerator.is_main_process:
+        here = Boundary(stop=run.stop.reason,
+                        save=clock_due(run.saved_at, run.cfg.checkpoint.every_s))
+    return broadcast_from_rank0(here)
 
 
 def stop_for_errors(run: Run, groups: list[Group]) -> bool:
@@ -244,6 +277,7 @@ def checkpoint(run: Run) -> None:
              "validations": run.validations}
     save_checkpoint(run.run_dir, run.step, unwrap(run), run.tokenizer, state,
                     keep=run.cfg.checkpoint.keep, state_dict=weights)
+    run.saved_at = time.monotonic()
 
 
 def hand_weights(run: Run) -> None:

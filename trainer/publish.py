@@ -146,6 +146,9 @@ class FilesPublisher:
         except WeightsUnknownError as e:
             self._broken = f"failed sending {what}: {e}"
             raise PublishError(self._broken) from e
+        except GeneratorUnavailable as e:  # e.g. the engine died: it says so itself
+            self._broken = f"failed sending {what}: {e}"
+            raise
         except Exception as e:  # the generator restored its previous version (its message says)
             raise PublishError(f"failed sending {what} (engine.weight_timeout_s: "
                                f"{self.timeout_s:g} s a step): {e}") from e

@@ -6,6 +6,7 @@ step, and what `checkpoint`/`restore` save and load; nothing here trains, logs o
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from scalerl.rollout.types import Budget
 from scalerl.trainer.config import TrainerConfig
 from scalerl.trainer.filters import ErrorWatch, PromptRetirement
 from scalerl.trainer.metrics import ComputeClock, MetricsWriter
+from scalerl.trainer.stopping import StopRequest
 
 
 @dataclass(frozen=True)
@@ -52,3 +54,8 @@ class Run:
     warned_too_long: set[str] = field(default_factory=set)
     stopped: str = ""
     """Why the run stopped before `steps` (verifier failures), or "" when it did not."""
+    stop: StopRequest = field(default_factory=StopRequest)
+    """Set by the process's signal handlers: stop with a checkpoint at the next step boundary."""
+    saved_at: float = field(default_factory=time.monotonic)
+    """When the last checkpoint was written (time.monotonic; the run's start before the first),
+    for `checkpoint.every_s`."""

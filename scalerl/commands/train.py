@@ -201,13 +201,6 @@ def dry_run_command(cfg: RunConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-def _exit_on_sigterm() -> None:
-    """SIGTERM unwinds like Ctrl-C, so the engine's processes are shut down (not orphaned)."""
-    import signal
-
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-
-
 STOPPED = 75
 """Exit code of a run stopped because generation is unavailable (EX_TEMPFAIL: retry later;
 a checkpoint is written, `--resume` continues)."""
@@ -221,9 +214,11 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict 
     from scalerl.rollout.model_files import ModelNotFoundError
     from scalerl.trainer.checkpoint import latest_checkpoint
     from scalerl.trainer.loop import RunStopped
+    from scalerl.trainer.stopping import StopRequest, clear_stop_record, write_stop_record
     from scalerl.training import PeakRSS, run_training
 
-    _exit_on_sigterm()
+    stop = StopRequest()  # SIGTERM/SIGUSR1: checkpoint at the next step boundary, exit 75
+    stop.install()
     start = time.perf_counter()
     peak = PeakRSS()
     ckpt = latest_checkpoint(run_dir) if resume else None
@@ -236,6 +231,8 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict 
               "or choose another --run-dir", file=sys.stderr)
         return 2
     run_dir.mkdir(parents=True, exist_ok=True)
+    if _rank0():
+        clear_stop_record(run_dir)
     if (not resume or changes) and _rank0():
         _write_config(cfg, run_dir, ckpt, changes or {})
     log = None if verbose else run_dir / ENGINE_LOG
@@ -243,12 +240,15 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict 
         hide_progress_bars()
     try:
         model_path = str(ckpt) if ckpt else resolve_model(cfg.policy.model)
-        result = run_training(cfg, run_dir, model_path, ckpt, engine_log=log, recipe=recipe)
+        result = run_training(cfg, run_dir, model_path, ckpt, engine_log=log, recipe=recipe,
+                              stop=stop)
     except (ConfigError, ModelNotFoundError) as e:  # no such model; GPUs or launch do not fit
         print(f"scalerl train: {e}", file=sys.stderr)
         return 2
     except (RunStopped, GeneratorUnavailable) as exc:  # no generation for now: try again later
         print(f"scalerl train: {exc}", file=sys.stderr)
+        if isinstance(exc, RunStopped) and _rank0():  # torchrun turns exit 75 into its own 1
+            write_stop_record(run_dir, step=exc.step, reason=str(exc), exit_code=STOPPED)
         return _last_words(log, STOPPED)
     if result is None:
         return 0
