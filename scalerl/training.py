@@ -18,6 +18,7 @@ prints the start-up facts (placement, the trainer state's bytes per parameter) t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -84,8 +85,6 @@ def share_gpu(cfg: RunConfig, placement: Placement, model_path: str, ranks: int)
     """`cfg` with the engine's memory fraction sized for the GPU it shares with trainer rank 0
     (its weights + KV cache + its runtime, over the GPU's total; scalerl/planning/sizing.py),
     refused in one line when the trainer's estimate and the engine's cannot both fit."""
-    import dataclasses
-
     import torch
 
     from scalerl.planning.sizing import (
@@ -298,10 +297,12 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     objects = run_tasks(cfg)
     tasks = {t.name: TrainTask(objects[t.name], t.budget, t.weight) for t in cfg.tasks}
-    generator = publisher = None
+    generator = publisher = validator = None
     if accelerator.is_main_process:
         generator, publisher = start_rank0(cfg, policy, placement, accelerator, model_path,
                                            engine_log, Scorer(objects, cfg.grading))
+        validator = start_validator(cfg, model_path, Scorer(objects, cfg.grading),
+                                    generator.head_dtype)
     wait_for_rank0()  # the other ranks wait for the engine here, outside the collective timeout
     set_cpu_threads(cfg.policy.cpu_threads)  # after the engine starts: its processes keep theirs
     devices = None if placement is None else placement.held(accelerator.num_processes)
@@ -312,8 +313,12 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
         run = train(cfg, model=policy, tokenizer=tokenizer, generator=generator, tasks=tasks,
                     run_dir=run_dir, accelerator=accelerator, resume_from=ckpt,
                     publisher=publisher, devices=devices,
-                    description=run_description(cfg, recipe), stop=stop)
+                    description=run_description(cfg, recipe), stop=stop,
+                    validator=validator)
     finally:
+        if validator is not None:
+            validator.close()
+            validator.generator.close()
         if generator is not None:
             generator.close()
     return run if accelerator.is_main_process else None
@@ -342,6 +347,24 @@ def start_rank0(cfg: RunConfig, policy, placement: Placement | None, accelerator
     check_precision_match(generator.head_dtype, trainer_head_dtype(cfg.policy, on_gpu))
     return generator, make_publisher(cfg.engine.weight_transfer, generator,
                                      timeout_s=cfg.engine.weight_timeout_s)
+
+
+def start_validator(cfg: RunConfig, model_path: str, scorer, head_dtype: str):
+    """Rank 0, with `val.servers`: the validation generator (those servers, holding the run's
+    weights, their LM head in `head_dtype` as the training generator's), its files publisher
+    and the background validation; None without them."""
+    if not cfg.val.servers or cfg.val.every == 0:
+        return None
+    from scalerl.rollout.factory import make_generator
+    from scalerl.rollout.weights import check_precision_match
+    from scalerl.trainer.publish import make_publisher
+    from scalerl.trainer.validation import BackgroundValidation
+
+    engine = dataclasses.replace(cfg.engine, servers=cfg.val.servers)
+    generator = make_generator(model_path, engine, scorer=scorer, fp32_head=cfg.policy.fp32_head)
+    check_precision_match(generator.head_dtype, head_dtype)
+    publisher = make_publisher("files", generator, timeout_s=cfg.engine.weight_timeout_s)
+    return BackgroundValidation(generator, publisher)
 
 
 def set_cpu_threads(threads: int | None) -> None:

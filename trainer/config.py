@@ -290,6 +290,11 @@ class ValConfig:
     """Held-out split name."""
     temperature: float | None = None
     """Validation sampling temperature (None: the training temperature)."""
+    servers: tuple[str, ...] = ()
+    """vLLM servers (`scalerl serve`) for held-out validation alone: a validation step's
+    weights go there and the trainer goes on while they are evaluated; the figures are logged
+    at the step they belong to when they are in (`val/logged_at_step`). Empty: validation runs
+    on the training generator and every trainer rank waits for it."""
 
     SECTION = "val"
 
@@ -301,6 +306,8 @@ class ValConfig:
             (self.limit is None or self.limit >= 1, "limit", "must be >= 1 or null"),
             (self.temperature is None or self.temperature >= 0, "temperature",
              "must be >= 0 or null"),
+            (all(isinstance(u, str) and u.startswith(("http://", "https://"))
+                 for u in self.servers), "servers", "URLs http://HOST:PORT"),
         ])
 
 

@@ -25,7 +25,6 @@ from typing import Any
 import torch
 
 from scalerl.rollout.base_generator import GeneratorUnavailable
-from scalerl.rollout.heldout import evaluate
 from scalerl.trainer.batch import GroupReport, collate, prepare_groups
 from scalerl.trainer.checkpoint import (
     clear_optimizer_staging,
@@ -51,6 +50,12 @@ from scalerl.trainer.sources import PPOOffPolicy, RolloutSource, SourceSettings
 from scalerl.trainer.step import StepSettings, train_step
 from scalerl.trainer.stopping import Boundary, StopRequest, clock_due
 from scalerl.trainer.tracking import start_tracking
+from scalerl.trainer.validation import (
+    BackgroundValidation,
+    log_validations,
+    revalidate,
+    validate_heldout,
+)
 from scalerl.trainer.waiting import broadcast_from_rank0, wait_for_rank0
 
 SOURCES: dict[str, Callable[..., RolloutSource]] = {"ppo": PPOOffPolicy,
@@ -64,7 +69,8 @@ SOURCES: dict[str, Callable[..., RolloutSource]] = {"ppo": PPOOffPolicy,
 def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str, TrainTask],
           run_dir: Path, accelerator, resume_from: Path | None = None,
           publisher: Publisher | None = None, devices: int | None = None,
-          description: Mapping[str, Any] | None = None, stop: StopRequest | None = None) -> Run:
+          description: Mapping[str, Any] | None = None, stop: StopRequest | None = None,
+          validator: BackgroundValidation | None = None) -> Run:
     """Run `cfg.steps` optimizer steps (from a checkpoint when `resume_from`); returns the run.
 
     `model`: a Hugging Face model or a `PolicyModule` (already sharded when
@@ -73,11 +79,13 @@ def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str
     trainer process plus one for the generator). `description`: what the experiment trackers
     record of the run when it starts (the glue's: config, recipe, model, tasks, versions).
     `stop`: set by the process's signal handlers; the run checkpoints and stops (RunStopped)
-    at the next step boundary once it is set.
+    at the next step boundary once it is set. `validator` (rank 0, `val.servers`): held-out
+    validation on a generator of its own while training goes on (trainer/validation.py).
     """
     run = setup(cfg, model, tokenizer, generator, tasks, Path(run_dir), accelerator, publisher,
                 devices, description)
     run.stop = stop or StopRequest()
+    run.validator = validator
     if resume_from is not None:
         restore(run, resume_from)
     run.stop.arm()
@@ -85,12 +93,12 @@ def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str
         loop(run)
     except GeneratorUnavailable as exc:  # e.g. no vLLM server left: keep what we have, stop
         checkpoint(run)
-        finish(run)
+        finish(run, drain=False)
         raise RunStopped(f"stopped at step {run.step}: {exc}; a checkpoint is written under "
                          f"{run.run_dir}/checkpoints: continue with --resume once generation "
                          "is back", step=run.step) from exc
     except Preempted as exc:  # the loop checkpointed the step
-        finish(run)
+        finish(run, drain=False)
         raise RunStopped(f"stopped at step {run.step} on {exc}: a checkpoint is written under "
                          f"{run.run_dir}/checkpoints: continue with --resume",
                          step=run.step) from exc
@@ -134,6 +142,7 @@ def loop(run: Run) -> None:
             unpublished = exc
         run.loop_s += time.perf_counter() - t0
         log_step(run, groups, report, gen_metrics, stats, step_s)
+        log_validations(run)
         if unpublished is not None:  # train() checkpoints the step
             end_step(run)
             raise unpublished
@@ -251,6 +260,7 @@ def restore(run: Run, path: Path) -> None:
     if run.source is not None:
         run.source.load_state_dict(state["source"])
     hand_weights(run)  # tags the version
+    revalidate(run, state.get("val_pending", []))
     if run.writer is not None:
         truncate_jsonl(run.writer.path, run.step)
         truncate_samples(run.run_dir, run.step)
@@ -274,7 +284,8 @@ def checkpoint(run: Run) -> None:
     state = {"optimizer": optimizer, "scheduler": run.scheduler.state_dict(),
              "retirement": run.retirement.state_dict(), "clock": run.clock.state_dict(),
              "source": run.source.state_dict(), "train_s": run.train_s, "loop_s": run.loop_s,
-             "validations": run.validations}
+             "validations": run.validations,
+             "val_pending": run.validator.pending if run.validator is not None else []}
     save_checkpoint(run.run_dir, run.step, unwrap(run), run.tokenizer, state,
                     keep=run.cfg.checkpoint.keep, state_dict=weights)
     run.saved_at = time.monotonic()
@@ -295,6 +306,7 @@ def hand_weights(run: Run) -> None:
     else:
         step = run.step
         weights = lambda: not_gathered(step)
+    run.step_weights = weights
     on_rank0(run, lambda: run.source.on_step(run.step, weights))
 
 
@@ -441,30 +453,13 @@ def validate_everywhere(run: Run) -> None:
     on_rank0(run, lambda: validate_heldout(run))
 
 
-def validate_heldout(run: Run) -> dict[str, float]:
-    """Held-out pass@k and mean@n per task with the current weights (rank 0 generates)."""
-    v = run.cfg.val
-    if v.every == 0 or run.source is None:
-        return {}
-    run.source.ensure_synced()
-    temperature = v.temperature if v.temperature is not None else run.cfg.policy.temperature
-    metrics: dict[str, float] = {}
-    t = time.perf_counter()
-    with run.clock.apart():  # the compute axis is training compute (validation kept apart)
-        for name, spec in run.tasks.items():
-            report = evaluate(run.generator, [spec.task], n=v.n, budget=spec.budget,
-                              split=v.split, ks=v.ks, temperature=temperature,
-                              seed=run.cfg.seed + 7919, limit=v.limit)
-            metrics |= report.tasks[name].metrics(f"val/{name}")
-    metrics["val/seconds"] = time.perf_counter() - t
-    run.validations.append({"step": run.step, **metrics})
-    metrics |= run.clock.totals()  # the compute axis of every row, as the paper plots
-    if run.writer is not None:
-        run.writer.log(run.step, metrics)  # the console prints a line per validation
-    return metrics
-
-
-def finish(run: Run) -> None:
+def finish(run: Run, drain: bool = True) -> None:
+    """Close the writer and the source; first, with `drain`, wait for a background
+    validation in flight and log it (a run that stops early keeps it in its checkpoint)."""
+    if drain and run.validator is not None:
+        run.validator.wait()
+        log_validations(run)
+        end_step(run)
     if run.writer is not None:
         run.writer.close()
     if run.source is not None:

@@ -56,6 +56,12 @@ class Run:
     """Why the run stopped before `steps` (verifier failures), or "" when it did not."""
     stop: StopRequest = field(default_factory=StopRequest)
     """Set by the process's signal handlers: stop with a checkpoint at the next step boundary."""
+    validator: Any = None
+    """Rank 0's background validation (trainer/validation.py; `val.servers`), or None."""
+    step_weights: Any = None
+    """The LazyWeights of the current step's policy (what `hand_weights` handed over)."""
+    val_totals: dict[int, dict[str, float]] = field(default_factory=dict)
+    """The compute axis at each background validation's step, until its figures are in."""
     saved_at: float = field(default_factory=time.monotonic)
     """When the last checkpoint was written (time.monotonic; the run's start before the first),
     for `checkpoint.every_s`."""
