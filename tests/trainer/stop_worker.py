@@ -59,7 +59,7 @@ def main() -> None:
     clock = SimpleNamespace(apart=contextlib.nullcontext, totals=dict)
     run = SimpleNamespace(model=torch.nn.Linear(2, 2), source=source, step=3, tasks={},
                           cfg=TrainerConfig(steps=10, val=ValConfig(every=3)), clock=clock,
-                          validations=[], writer=None, generator=None)
+                          validations=[], writer=None, generator=None, validator=None)
     result = {"hand_weights": raised(lambda: loop.hand_weights(run)),
               "validate": raised(lambda: loop.validate_everywhere(run))}
     (out / f"rank{rank}.json").write_text(json.dumps(result))
