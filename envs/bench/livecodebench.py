@@ -171,7 +171,8 @@ def lcb_row(row: Mapping[str, Any], task: str) -> Sample:
     tests = bench_tests(public + private, meta, "public_test_cases", prelude=IMPORTS)
     return Sample(id=str(row["question_id"]), task=task,
                   prompt=code_prompt(question, str(row.get("starter_code") or "")), tests=tests,
-                  meta={"problem": question, "title": row.get("question_title"),
+                  meta={"problem": question, "starter_code": str(row.get("starter_code") or ""),
+                        "title": row.get("question_title"),
                         "platform": row.get("platform"), "difficulty": row.get("difficulty"),
                         "contest_date": str(contest_day(row)), "public_tests": len(public),
                         "private_tests": len(private)})

@@ -5,7 +5,8 @@
 GSM8K-style golds), skipping the worker round trip and math-verify's ~3 ms parse. Anything else
 (other text around the box, several boxes, leading zeros, decimals, thousands separators) returns
 None and goes to math-verify. `exact_equal` runs in the worker after math-verify's parse: exact
-rationals are compared exactly before its float tolerance can call 1/2^98 equal to 1/2^99. No
+rationals, decimals as written included, are compared exactly before its tolerance can call
+1/2^98 equal to 1/2^99 or `0.0000673` equal to `0.0000672` (it rounds to 6 decimal places). No
 pool, no parsing of LaTeX here.
 """
 
@@ -45,12 +46,14 @@ def exact_equal(gold: Any, pred: Any) -> bool | None:
 
 
 def exact_value(expr: Any) -> Fraction | None:
-    """The exact value of a sympy expression built only from rationals with +, * and integer
-    powers; None for anything else (floats, symbols, roots, percentages) or a huge number."""
+    """The exact value of a sympy expression built only from rationals and decimals with +, * and
+    integer powers; None for anything else (symbols, roots, percentages) or a huge number."""
     import sympy
 
     if isinstance(expr, sympy.Rational):  # Integer is a Rational
         return Fraction(int(expr.p), int(expr.q))
+    if isinstance(expr, sympy.Float):
+        return _decimal_value(expr)
     if isinstance(expr, (sympy.Add, sympy.Mul)):
         parts = [exact_value(arg) for arg in expr.args]
         if any(p is None for p in parts):
@@ -62,6 +65,21 @@ def exact_value(expr: Any) -> Fraction | None:
     if isinstance(expr, sympy.Pow):
         return _exact_pow(exact_value(expr.base), exact_value(expr.exp))
     return None
+
+
+def _decimal_value(number: Any) -> Fraction | None:
+    """A decimal as written (`0.0000672`, `18.90`): math-verify parses it to a Float carrying the
+    literal's digits, so its printed form is the literal's exact value. None for inf/nan or an
+    exponent past MAX_EXACT_BITS."""
+    if not number.is_finite:
+        return None
+    _sign, mantissa, exponent, _bits = number._mpf_
+    if abs(exponent) + int(mantissa).bit_length() > MAX_EXACT_BITS:
+        return None
+    try:
+        return Fraction(str(number))
+    except ValueError:
+        return None
 
 
 def _exact_pow(base: Fraction | None, exp: Fraction | None) -> Fraction | None:

@@ -43,7 +43,9 @@ MAX_GOLD_CHARS = 8000
 _log = logging.getLogger(__name__)
 
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
-_DELIMITERS = ("$", "\\(", "\\[", "\\boxed", "\\fbox")
+_DELIMITERS = ("\\(", "\\[", "\\boxed", "\\fbox")
+_DOLLAR = re.compile(r"(?<!\\)(?:\\\\)*\$")
+"""An unescaped `$` (after an even run of backslashes): `\\$` is a dollar sign, not math."""
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BOXED_JOIN = re.compile(r"^[\s$]*(?:,?\s*and|,?\s*or|,)?[\s$]*$")
 
@@ -264,11 +266,12 @@ def _verdict_key(gold: str, pred: list) -> tuple | None:
 def parse_gold(gold: str) -> tuple:
     """Gold parsed once per worker. A gold without math delimiters (raw LaTeX or text, as MATH and
     Polaris store it) is parsed as `$gold$`, then as plain text if that yields nothing: raw,
-    math-verify reads `2\\sqrt{3}` as 2, `-2,1` as -2.1 and `\\sqrt{2}` as nothing."""
+    math-verify reads `2\\sqrt{3}` as 2, `-2,1` as -2.1 and `\\sqrt{2}` as nothing. Only an
+    unescaped `$` delimits: MATH's `\\$18.90` is a dollar amount in raw LaTeX."""
     from math_verify import parse
 
     text = gold.strip()
-    if any(d in text for d in _DELIMITERS):
+    if _DOLLAR.search(text) or any(d in text for d in _DELIMITERS):
         return tuple(parse(text, parsing_timeout=None))
     return tuple(parse(f"${text}$", parsing_timeout=None) or parse(text, parsing_timeout=None))
 

@@ -4,8 +4,9 @@
 generates through the vLLM engine with a per-sample cache in `--out DIR/cache` and writes
 results.json, results.md and (for several checkpoints) results.png, and with `--log-with` sends
 them to experiment trackers (scalerl/evaluation/tracking.py). The sampling settings come from
-`--protocol` (scalerl/evaluation/protocols.py: r1, greedy, default, or the run's own, the
-default for a run dir), flags overriding it; the benchmarks' problems are checked against the
+`--protocol` (scalerl/evaluation/protocols.py: r1, lcb, greedy, default, or the run's own, the
+default for a run dir), flags overriding it, and so does the prompt (a protocol's prompt style,
+scalerl/evaluation/prompts.py); the benchmarks' problems are checked against the
 training tasks (the run's, or `--train-tasks`) for contamination
 (scalerl/evaluation/contamination.py). The estimators are
 `scalerl.rollout.heldout`'s (shared with the trainer's validation); the files are
@@ -85,8 +86,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--tasks", metavar="A,B",
                    help="registered task names (scalerl tasks list); default: the run's")
     g.add_argument("--protocol", choices=protocol_names(),
-                   help="sampling settings the field reports with: r1 (T 0.6, top-p 0.95, n 64 "
-                   "for AIME/AMC, 4 elsewhere), greedy (n 1, T 0), default (n 8, T 1), run (the "
+                   help="sampling settings and prompt the field reports with: r1 (DeepSeek-R1's "
+                   "prompt, T 0.6, top-p 0.95, n 64), lcb (LiveCodeBench's prompt, T 0.2, top-p "
+                   "0.95, n 10, 2,000 tokens), greedy (n 1, T 0), default (n 8, T 1), run (the "
                    "run's own; the default for a run dir, else default)")
     g.add_argument("--split", default="test", help="held-out split (default test)")
     g.add_argument("--n", type=int, help="rollouts per sample, every task (default: the "
@@ -164,6 +166,7 @@ def run_config_of(paths: list[str]):
 
 def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
     """Settings, models and engine of a --model run; ValueError before any engine starts."""
+    from scalerl.evaluation.prompts import prompted_tasks
     from scalerl.evaluation.report import resolve_models
     from scalerl.local_data import parse_data, resolve_tasks
     from scalerl.preflight import check_tasks, task_problems
@@ -195,6 +198,7 @@ def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
     models = resolve_models(args.model)
     engine = engine_config(args, models[0].path, run_cfg.engine if run_cfg else None)
     settings = eval_settings(args, run_cfg, names, ks, engine.max_model_len)
+    objects = prompted_tasks(objects, settings.prompt)  # what the generator renders
     fp32_head = args.fp32_head if args.fp32_head is not None else (
         run_cfg.policy.fp32_head if run_cfg else True)
     run_dir = run_dir_of(args.model)
@@ -237,7 +241,8 @@ def eval_settings(args, run_cfg, names: tuple[str, ...], ks: tuple[int, ...] | N
         temperature=args.temperature if args.temperature is not None else proto.temperature,
         top_p=args.top_p if args.top_p is not None else proto.top_p, seed=args.seed,
         budget=budgets[0][1], budgets=budgets, limit=args.limit, protocol=name,
-        n_by_task=tuple((t, args.n or proto.n_of(t)) for t in names), notes=tuple(notes))
+        n_by_task=tuple((t, args.n or proto.n_of(t)) for t in names), notes=tuple(notes),
+        prompt=proto.prompt)
 
 
 def _fit(budget, max_model_len: int, task: str, notes: list[str]):
@@ -312,7 +317,8 @@ def run_models(args, plan: Plan) -> int:
         print(json.dumps(results))
         return 0
     s = plan.settings
-    print(f"protocol {s.protocol}: temperature {s.temperature}, top-p {s.top_p}, n "
+    print(f"protocol {s.protocol} (prompt style {s.prompt}): temperature {s.temperature}, "
+          f"top-p {s.top_p}, n "
           + ", ".join(f"{t} {s.n_for(t)}" for t in s.tasks))
     for e in results["models"]:
         print(f"## {e['label']} ({e['generated_samples']} samples generated, "

@@ -1,13 +1,16 @@
-"""Evaluation protocols: the sampling settings the field's reports use, by name.
+"""Evaluation protocols: the sampling settings and prompts the field's reports use, by name.
 
-`r1` is DeepSeek-R1's (and most reasoning-model cards'): temperature 0.6, top-p 0.95, up to
-32,768 generated tokens, n = 64 samples per problem for AIME/AMC and 4 elsewhere, pass@1 as the
-mean over samples with its standard error. `greedy` is one sample at temperature 0 (older
-reports, EvalPlus's pass@1). `default` is what a bare `scalerl eval --model` did before
-protocols (n = 8 at temperature 1). `run` (the default for a run directory) is built from the
-run's own config by `run_protocol`: its validation n, ks and temperature and its per-task
-budgets. A protocol may give tasks their own n and thinking/answer budgets; flags given on the
-command line override it, and results.json records what was used. No generation here.
+`r1` is DeepSeek-R1's published usage (and most reasoning-model cards'): temperature 0.6, top-p
+0.95, up to 32,768 generated tokens, 64 samples per problem on every benchmark, pass@1 as the
+mean over samples with its standard error, and its prompt: no system prompt, the instruction in
+the user turn (scalerl/evaluation/prompts.py). `lcb` is LiveCodeBench's runner: its official chat
+prompt, temperature 0.2, top-p 0.95, 10 samples, 2,000 tokens, pass@1 and pass@5. `greedy` is
+one sample at temperature 0 (older reports, EvalPlus's pass@1). `default` is what a bare `scalerl
+eval --model` did before protocols (n = 8 at temperature 1). `run` (the default for a run
+directory) is built from the run's own config by `run_protocol`: its validation n, ks and
+temperature and its per-task budgets. `greedy`, `default` and `run` keep each task's own prompt.
+A protocol may give tasks their own n and thinking/answer budgets; flags given on the command
+line override it, and results.json records what was used. No generation here.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from scalerl.envs.registry import family
+from scalerl.evaluation.prompts import TASK_STYLE, prompt_style
 from scalerl.rollout.types import Budget
 
 R1_MAX_TOKENS = 32768
@@ -37,13 +41,15 @@ class Protocol:
     n: int = 1
     """Samples per problem for a task not in `n_for`."""
     n_for: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    """Samples per problem by task (or family) name, e.g. 64 for AIME."""
+    """Samples per problem by task (or family) name, over `n`."""
     budget: Budget = field(default_factory=lambda: Budget(answer=R1_MAX_TOKENS))
     """Length budget for a task not in `budgets`."""
     budgets: Mapping[str, Budget] = field(default_factory=lambda: MappingProxyType({}))
     """Per-task thinking/answer budgets (forced interruption at the thinking budget)."""
     ks: tuple[int, ...] = (1,)
     """pass@k reported unless `--k` says otherwise."""
+    prompt: str = TASK_STYLE
+    """How samples are put to the model: a style of PROMPT_STYLES (`task`: each task's own)."""
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0 or not 0 < self.top_p <= 1:
@@ -54,6 +60,7 @@ class Protocol:
             raise ValueError(f"protocol {self.name}: every n must be an integer >= 1")
         if not self.ks or min(self.ks) < 1:
             raise ValueError(f"protocol {self.name}: ks must be integers >= 1")
+        prompt_style(self.prompt)  # an unknown style is a ValueError naming the styles
 
     def n_of(self, task: str) -> int:
         return _by_task(self.n_for, task, self.n)
@@ -69,15 +76,21 @@ def _by_task(table: Mapping, task: str, default):
 
 
 R1 = Protocol(
-    name="r1", description="DeepSeek-R1: T=0.6, top-p 0.95, 32k tokens, n=64 for AIME/AMC and "
-    "4 elsewhere, pass@1 = mean over samples (± s.e.)", temperature=0.6, top_p=0.95, n=4,
-    n_for=MappingProxyType({"aime24": 64, "aime25": 64, "amc23": 64}))
+    name="r1", description="DeepSeek-R1: no system prompt, the instruction in the user turn, "
+    "T=0.6, top-p 0.95, 32k tokens, n=64, pass@1 = mean over samples (± s.e.)", temperature=0.6,
+    top_p=0.95, n=64, prompt="r1")
+LCB_MAX_TOKENS = 2000
+"""LiveCodeBench's runner's default generation length (`--max_tokens`)."""
+LCB = Protocol(
+    name="lcb", description="LiveCodeBench's runner: its official prompt, T=0.2, top-p 0.95, "
+    "n=10, 2,000 tokens, pass@1 and pass@5", temperature=0.2, top_p=0.95, n=10,
+    budget=Budget(answer=LCB_MAX_TOKENS), ks=(1, 5), prompt="lcb")
 GREEDY = Protocol(name="greedy", description="greedy: one sample at T=0, 32k tokens",
                   temperature=0.0, n=1)
 DEFAULT = Protocol(name="default", description="scalerl's bare-model default: n=8 at T=1, 512 "
                    "answer tokens", temperature=1.0, n=8, budget=Budget(thinking=None, answer=512),
                    ks=(1, 4, 8))
-PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (R1, GREEDY, DEFAULT)}
+PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (R1, LCB, GREEDY, DEFAULT)}
 """Named protocols; `run` is made per run directory (`run_protocol`)."""
 RUN = "run"
 

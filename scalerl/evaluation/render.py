@@ -71,8 +71,8 @@ def settings_lines(s: dict[str, Any]) -> list[str]:
     """The protocol and every sampling setting, per task."""
     protocol = s.get("protocol") or "custom"
     lines = [f"Protocol **{protocol}**: temperature {s['temperature']}, top-p {s.get('top_p', 1.0)}"
-             f", seed {s['seed']}" + (f", {s['limit']} evenly spaced samples per task"
-                                      if s["limit"] else "") + ".", "",
+             f", seed {s['seed']}, prompt style `{s.get('prompt', 'task')}`"
+             + (f", {s['limit']} evenly spaced samples per task" if s["limit"] else "") + ".", "",
              "| task | n | thinking budget | answer budget | max tokens |", "|---|---|---|---|---|"]
     for t in s["tasks"]:
         b = s["budgets"][t]

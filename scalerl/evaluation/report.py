@@ -146,11 +146,14 @@ class EvalSettings:
     top_p: float = 1.0
     """Nucleus sampling mass (an evaluation protocol's, e.g. R1's 0.95)."""
     n_by_task: tuple[tuple[str, int], ...] = ()
-    """Per-task rollouts per sample (task name, n), e.g. R1's 64 for AIME."""
+    """Per-task rollouts per sample (task name, n), e.g. a run's own per-task n."""
     protocol: str = ""
     """The protocol these settings come from (`--protocol`), recorded in the report."""
     notes: tuple[str, ...] = ()
     """What the report should say about the settings (e.g. a budget cut to fit the context)."""
+    prompt: str = "task"
+    """The prompt style samples are put with (scalerl/evaluation/prompts.py; `task`: each
+    task's own), recorded in the report and part of the cache key."""
 
     def budget_for(self, task: str) -> Budget:
         return dict(self.budgets).get(task, self.budget)
@@ -161,9 +164,12 @@ class EvalSettings:
     def sampling(self, task: str) -> dict[str, Any]:
         """What a cached rollout of `task` depends on, besides the model and the sample: every
         field of its Budget (derived from the dataclass, so a new field joins the key)."""
-        return {"split": self.split, "n": self.n_for(task), "temperature": self.temperature,
-                "top_p": self.top_p, "seed": self.seed,
-                "budget": dataclasses.asdict(self.budget_for(task))}
+        key = {"split": self.split, "n": self.n_for(task), "temperature": self.temperature,
+               "top_p": self.top_p, "seed": self.seed,
+               "budget": dataclasses.asdict(self.budget_for(task))}
+        if self.prompt != "task":  # the tasks' own prompts keep the keys they always had
+            key["prompt"] = self.prompt
+        return key
 
     def key(self, task: str) -> str:
         return hashlib.sha256(dumps(self.sampling(task)).encode()).hexdigest()[:12]
@@ -171,7 +177,8 @@ class EvalSettings:
     def summary(self) -> dict[str, Any]:
         """The settings as written to results.json: the protocol and every sampling setting,
         per task."""
-        return {"protocol": self.protocol, "tasks": list(self.tasks), "ks": list(self.ks),
+        return {"protocol": self.protocol, "prompt": self.prompt, "tasks": list(self.tasks),
+                "ks": list(self.ks),
                 "limit": self.limit, "split": self.split, "n": self.n,
                 "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed,
                 "n_by_task": {t: self.n_for(t) for t in self.tasks},

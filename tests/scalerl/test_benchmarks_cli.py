@@ -43,16 +43,19 @@ def plan_of(argv):
     return prepare(build_parser("eval").parse_args(["eval", *argv]))
 
 
-def test_r1_protocol_samples_64_for_aime_4_elsewhere_at_t06_top_p_095(copies, model, tmp_path):
-    plan = plan_of(["--model", model, "--tasks", "aime24,math500", "--protocol", "r1",
-                    "--out", str(tmp_path / "o"), *data_flags(copies, "aime24", "math500")])
+def test_r1_protocol_samples_64_everywhere_at_t06_top_p_095(copies, model, tmp_path):
+    argv = ["--model", model, "--tasks", "aime24,math500,livecodebench", "--protocol", "r1",
+            "--out", str(tmp_path / "o"),
+            *data_flags(copies, "aime24", "math500", "livecodebench")]
+    plan = plan_of(argv)
     s = plan.settings
     assert (s.protocol, s.temperature, s.top_p, s.ks) == ("r1", 0.6, 0.95, (1,))
-    assert (s.n_for("aime24"), s.n_for("math500")) == (64, 4)
+    assert [s.n_for(t) for t in s.tasks] == [64, 64, 64] and s.prompt == "r1"
+    assert [plan_of([*argv, "--n", "8"]).settings.n_for(t) for t in s.tasks] == [8, 8, 8]
     # 32768 generated tokens do not fit a 32768-token context: cut to leave 4096 for the prompt
     assert s.budget_for("math500") == Budget(answer=28672)
     assert s.notes[0].startswith("aime24: the protocol's 32768 tokens do not fit max_model_len")
-    assert plan.train_tasks == {} and set(plan.tasks) == {"aime24", "math500"}
+    assert plan.train_tasks == {} and set(plan.tasks) == {"aime24", "math500", "livecodebench"}
 
 
 def test_greedy_and_flags_over_a_protocol(copies, model, tmp_path):
@@ -238,7 +241,8 @@ def test_eval_r1_on_four_benchmarks_writes_protocol_pass1_and_contamination(
     tasks = "math500,gsm8k,mbpp,livecodebench:2024-08..2025-02"
     out = tmp_path / "eval"
     argv = ["eval", "--model", tiny_model_path, "--tasks", tasks, "--protocol", "r1",
-            "--limit", "2", "--answer-budget", "24", "--train-tasks", "polaris", "--out", str(out),
+            "--limit", "2", "--n", "4", "--answer-budget", "24", "--train-tasks", "polaris",
+            "--out", str(out),
             *data_flags(copies, "math500", "gsm8k", "mbpp", "livecodebench", "polaris")]
     assert cli.main(argv) == 0
     assert {(c["temperature"], c["top_p"], c["n"]) for c in made[0].calls} == {(0.6, 0.95, 4)}

@@ -7,6 +7,7 @@ import json
 import os
 import threading
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -157,13 +158,18 @@ def test_a_decimal_still_matches_its_fraction(pool):
 
 
 def test_exact_value_accepts_only_rational_arithmetic():
+    """Rationals and decimals as written (a Float's printed digits), with +, * and integer
+    powers; nothing irrational, symbolic, infinite or too big."""
     import sympy
 
     two = sympy.Integer(2)
     assert exact_value(sympy.Mul(3, sympy.Pow(two, -5, evaluate=False), evaluate=False)) == \
         pytest.approx(3 / 32, abs=0) and exact_value(sympy.Rational(3, 32)).denominator == 32
     assert exact_value(sympy.sqrt(2)) is None
-    assert exact_value(sympy.Float(0.5)) is None
+    assert exact_value(sympy.Float("0.0000672")) == Fraction(672, 10**7)
+    assert exact_value(sympy.Float("18.90")) == Fraction(189, 10)
+    assert exact_value(sympy.Float("0.1")) == Fraction(1, 10)  # the literal, not the binary 0.1
+    assert exact_value(sympy.Float("inf")) is None and exact_value(sympy.Float("1e99999")) is None
     assert exact_value(sympy.Symbol("x") + 1) is None
     tower = sympy.Pow(two, sympy.Pow(two, 100, evaluate=False), evaluate=False)
     assert exact_value(tower) is None  # too big to compare exactly: math-verify decides
