@@ -73,6 +73,8 @@ class LocalServers:
         except BaseException:
             self.close()
             raise
+        where = "" if devices[0] is None else f" (GPU {'; '.join(devices)})"
+        print(f"local vLLM servers: {', '.join(self.urls)}{where}", file=sys.stderr, flush=True)
 
     @property
     def urls(self) -> tuple[str, ...]:

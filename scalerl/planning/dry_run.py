@@ -151,7 +151,7 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
     line."""
     shape = model_shape(config_dir)
     work = work or workload(cfg)
-    gpu = gpu_model(gpu_name, gpu_bytes) if gpus else None
+    gpu = gpu_model(gpu_name, gpu_bytes) if gpus and gpu_bytes else None
     given = launch_ranks(gpus, cfg, ranks) if ranks is not None or launched() else None
     local, world, found = choose_ranks(cfg, shape, gpus=gpus, gpu_bytes=gpu_bytes, gpu=gpu,
                                        work=work, given=given,
@@ -171,6 +171,8 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
     kv_gib = e.kv_cache_gib or 0.0
     engine = {} if e.servers else engine_memory(shape, dtype=e.dtype, kv_gib=kv_gib,
                                                 tp=e.tensor_parallel_size)
+    if e.kv_cache_gib is None:  # sized from the engine GPU, and none is known
+        engine.pop("kv_cache", None)
     kv_tokens = kv_gib * GIB / kv_bytes_per_token(shape, e.dtype, e.tensor_parallel_size)
     per_step = o.prompts_per_step * o.rollouts_per_prompt
     in_flight = (per_step * (o.max_lag + 1) if o.mode == "pipelinerl" else per_step * o.k)
@@ -242,8 +244,10 @@ def describe(run: DryRun) -> list[str]:
         lines.append(f"engine: {gib(run.engine):.1f} GiB of its {gib(run.engine_budget):.1f} "
                      "GiB (engine.memory_fraction)" if run.engine_budget else
                      f"engine: {gib(run.engine):.1f} GiB")
-    lines.append(f"KV cache: {run.kv_sequences:.1f} full-length sequences; "
-                 f"{run.rollouts_per_step} rollouts per step, {run.in_flight} in flight")
+    kv = (f"{run.kv_sequences:.1f} full-length sequences" if run.kv_sequences or not run.engine
+          or "kv_cache" in run.engine else "from the engine GPU's memory (none told of)")
+    lines.append(f"KV cache: {kv}; {run.rollouts_per_step} rollouts per step, "
+                 f"{run.in_flight} in flight")
     lines.append(f"each publish sends {gib(run.publish_bytes):.1f} GiB of weights")
     lines += speed_lines(run.speed)
     lines.append(("fits" if run.gpu_bytes else "not checked") if not run.refusal

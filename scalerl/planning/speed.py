@@ -63,7 +63,6 @@ class EngineSizing:
     """Most sequences each engine schedules at once."""
 
 
-
 def gpu_model(name: str | None, gpu_bytes: int) -> Gpu:
     """The GPU model: a registered name, else by a device's name or the memory."""
     if name is not None and name in GPUS:
@@ -135,7 +134,6 @@ def plan_speed(shape: ModelShape, e: EngineConfig, gpu: Gpu | None, *, world: in
                  warnings=tuple(said), launch=launch)
 
 
-
 def speed_lines(speed: Speed | None) -> list[str]:
     """The throughput plan as printed lines: the engines' settings, every split searched, the
     chosen one's decode and trainer tokens/s, step, rollouts per hour and wall time."""
@@ -150,7 +148,8 @@ def speed_lines(speed: Speed | None) -> list[str]:
     if speed.layouts:
         lines.append("splits of the node (trainer ranks : engines):")
         for c in speed.layouts:
-            head = (f"  {'*' if p and c.layout.ranks == p.layout.ranks else ' '} "
+            chosen = p is not None and c.fits and c.layout.ranks == p.layout.ranks
+            head = (f"  {'*' if chosen else ' '} "
                     f"{c.layout.ranks}:{c.layout.engines}  trainer rank "
                     f"{gib(c.trainer_bytes):5.1f} GiB  ")
             lines.append(head + ("does not fit" if not c.fits else

@@ -273,6 +273,6 @@ def warnings(speed: Throughput, in_flight: int, *, overlap: bool = True) -> list
         fix = ("give generation more GPUs" if overlap else "PPO-offpolicy generates and trains "
                "in turn; offpolicy.mode=pipelinerl overlaps them")
         out.append(f"warning: the trainer would idle {speed.trainer_idle:.0%} of each step "
-                   f"({speed.layout.ranks} trainer ranks, {speed.layout.engines} engines): "
-                   f"{fix}")
+                   f"({speed.layout.ranks} trainer ranks, {speed.layout.engines} "
+                   f"engine{'s' if speed.layout.engines != 1 else ''}): {fix}")
     return out
