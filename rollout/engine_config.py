@@ -23,15 +23,19 @@ class EngineConfig:
 
     dtype: str = "float32"
     """Weights/activations dtype: float32, bfloat16 or float16."""
-    kv_cache_gib: float = 1.0
-    """KV-cache space in GiB (on CPU VLLM_CPU_KVCACHE_SPACE, whole GiB, rounded up; on GPU
-    vLLM's kv_cache_memory_bytes)."""
+    kv_cache_gib: float | None = 1.0
+    """KV-cache space in GiB per engine GPU (on CPU VLLM_CPU_KVCACHE_SPACE, whole GiB, rounded
+    up; on GPU vLLM's kv_cache_memory_bytes). None (GPUs only): what the engine's GPU has left,
+    `memory_fraction` of it less the weights and the engine's runtime, as a training run sizes
+    it from the GPU (scalerl/planning/engine_settings.py); an engine started outside a run
+    leaves it to vLLM's own profiling."""
     memory_fraction: float = 0.1
     """vLLM gpu_memory_utilization (on CPU it applies to host memory)."""
     max_model_len: int = 1024
     """Longest prompt + completion, in tokens."""
-    max_num_seqs: int = 256
-    """Most sequences scheduled at once."""
+    max_num_seqs: int | None = 256
+    """Most sequences scheduled at once. None: what the KV cache holds at the run's expected
+    context (a training run sizes it; outside one, vLLM's default)."""
     max_num_batched_tokens: int | None = None
     """Tokens per engine step; default max(4096, max_model_len) (vLLM's CPU default for LLM)."""
     seed: int = 0
@@ -42,11 +46,16 @@ class EngineConfig:
     """Reuse KV blocks of shared prefixes (phase 2 of an interrupted rollout)."""
     tensor_parallel_size: int = 1
     """GPUs one engine spans (vLLM tensor parallelism)."""
+    data_parallel_size: int | None = 1
+    """vLLM engines a training run starts on its node, each on `tensor_parallel_size` GPUs of
+    its own: 1 is one engine in rank 0's process; more are local vLLM servers the run starts,
+    generates on (as with `servers`) and stops (rollout/local_servers.py). None: as many as the
+    GPUs the trainer ranks leave hold (one on CPU). Ignored with `servers`."""
     devices: tuple[int, ...] | None = None
-    """GPUs the engine generates on (vLLM's CUDA_VISIBLE_DEVICES), as indices among the GPUs the
-    run sees; the trainer ranks take the others. None: the `tensor_parallel_size` GPUs after the
-    trainer ranks' when the node has them to spare, else the first ones, shared with trainer
-    ranks (the start-up line says so). Ignored on CPU."""
+    """GPUs the engines generate on (vLLM's CUDA_VISIBLE_DEVICES), as indices among the GPUs the
+    run sees, `tensor_parallel_size` per engine; the trainer ranks take the others. None: the
+    GPUs after the trainer ranks' when the node has them to spare, else the first ones, one
+    engine shared with trainer ranks (the start-up line says so). Ignored on CPU."""
     chunked_prefill: bool | None = None
     """Split long prompt prefills across steps. None: on for an engine on GPUs (vLLM's default;
     turning it off there prints a warning that the engine may crash or give wrong outputs),
@@ -64,8 +73,9 @@ class EngineConfig:
     publish that fails or runs past it stops a training run with a checkpoint (`--resume`
     continues, and may change this value)."""
     start_timeout_s: float = 600.0
-    """Most seconds the in-process engine may take to start (load the weights, profile, build
-    the KV cache; CUDA graphs on a GPU): a large model from slow storage needs more."""
+    """Most seconds the in-process engine, or each local server (`data_parallel_size`), may take
+    to start (load the weights, profile, build the KV cache; CUDA graphs on a GPU): a large model
+    from slow storage needs more."""
     weights_dir: str | None = None
     """Where new policy weights are staged for the engine to reload (None: /dev/shm when it has
     room for two versions of them, else the system's temp dir). Servers on other machines need
@@ -109,21 +119,32 @@ class EngineConfig:
             # ("CPU Generator does not use offset"); whole-prompt prefills avoid it there.
             enable_chunked_prefill=gpu if self.chunked_prefill is None else self.chunked_prefill,
             # on CPU the KV cache is VLLM_CPU_KVCACHE_SPACE (process_env)
-            kv_cache_memory_bytes=int(self.kv_cache_gib * 2**30) if gpu else None,
+            kv_cache_memory_bytes=(int(self.kv_cache_gib * 2**30)
+                                   if gpu and self.kv_cache_gib is not None else None),
         )
+        if not gpu and self.kv_cache_gib is None:
+            raise ValueError("engine.kv_cache_gib = null sizes the KV cache from a GPU's memory; "
+                             "on CPU give it in GiB (e.g. --set engine.kv_cache_gib=1)")
         if self.weight_transfer == "nccl":
             kwargs["weight_transfer_config"] = {"backend": "nccl"}
         return kwargs
 
     @property
     def kv_cache_space_cpu(self) -> int:
-        return max(1, math.ceil(self.kv_cache_gib))
+        return max(1, math.ceil(self.kv_cache_gib or 1))
 
     def process_env(self) -> dict[str, str]:
         """Environment variables the engine's processes need, set before it starts (on CPU the
         KV cache is VLLM_CPU_KVCACHE_SPACE, whole GiB)."""
         return {"VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_space_cpu),
                 "VLLM_LOGGING_STREAM": os.environ.get("VLLM_LOGGING_STREAM", "ext://sys.stderr")}
+
+    @property
+    def local_servers(self) -> int:
+        """Local vLLM servers a run starts for itself (0: an engine in its process, or
+        `servers` elsewhere)."""
+        n = self.data_parallel_size or 1
+        return 0 if self.servers or n == 1 else n
 
     def __post_init__(self) -> None:
         if self.weight_chunk_mb <= 0:
@@ -132,9 +153,14 @@ class EngineConfig:
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"EngineConfig.dtype {self.dtype!r}; valid: float32, bfloat16, "
                              "float16")
-        if not 0 < self.memory_fraction <= 1 or self.kv_cache_gib <= 0:
-            raise ValueError(f"EngineConfig needs 0 < memory_fraction <= 1 and kv_cache_gib > 0, "
-                             f"got {self.memory_fraction} and {self.kv_cache_gib}")
+        if not 0 < self.memory_fraction <= 1 or (self.kv_cache_gib is not None
+                                                 and self.kv_cache_gib <= 0):
+            raise ValueError(f"EngineConfig needs 0 < memory_fraction <= 1 and kv_cache_gib > 0 "
+                             f"(or null), got {self.memory_fraction} and {self.kv_cache_gib}")
+        for name in ("max_num_seqs", "data_parallel_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"EngineConfig.{name} must be >= 1 or null, got {value}")
         for url in self.servers:
             if not isinstance(url, str) or not url.startswith(("http://", "https://")):
                 raise ValueError(f"EngineConfig.servers: {url!r} is not a URL; valid: "

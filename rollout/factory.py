@@ -1,5 +1,6 @@
-"""The generator a run asks for: vLLM servers when `engine.servers` lists any, else an engine in
-this process. Both honour one contract (rollout/base_generator.py `BaseGenerator`)."""
+"""The generator a run asks for: vLLM servers when `engine.servers` lists any, local servers
+the run starts itself when `engine.data_parallel_size` > 1 (rollout/local_servers.py), else an
+engine in this process. All honour one contract (rollout/base_generator.py `BaseGenerator`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ def make_generator(model_path: str, config: EngineConfig, *, scorer: Scorer,
 
         return ServerGenerator(model_path, config=config, fp32_head=fp32_head, scorer=scorer,
                                **kwargs)
+    if config.local_servers:
+        from scalerl.rollout.local_servers import LocalServerGenerator
+
+        return LocalServerGenerator(model_path, config=config, fp32_head=fp32_head,
+                                    scorer=scorer, **kwargs)
     from scalerl.rollout.engine import EngineGenerator
 
     return EngineGenerator(model_path, config=config, fp32_head=fp32_head, scorer=scorer,

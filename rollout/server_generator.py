@@ -135,8 +135,10 @@ class ServerGenerator(BaseGenerator):
                               f"engine.max_model_len {self.max_model_len} (start it with "
                               f"--max-model-len {self.max_model_len} or more)")
         await self._check_precision(server)
+        # all its workers join the NCCL group, every data-parallel rank's too (vLLM's worker
+        # rank is dp_rank x TP x PP + its rank): the world size with `include_dp`
         server.world_size = (await call(server, "GET", "/get_world_size",
-                                        params={"include_dp": "false"}))["world_size"]
+                                        params={"include_dp": "true"}))["world_size"]
         if server.stale:
             await call(server, "POST", "/abort_requests", body={})
         await call(server, "POST", "/pause", params={"mode": "keep"})

@@ -61,8 +61,8 @@ class Server:
     """Tokens asked of it and not yet returned."""
     requests: set[asyncio.Future] = field(default_factory=set)
     world_size: int | None = None
-    """Workers of its engine (tensor x pipeline parallel), for NCCL rank offsets; None until it
-    answered `/get_world_size`."""
+    """Workers of its engine (tensor x pipeline x data parallel), for NCCL rank offsets; None
+    until it answered `/get_world_size`."""
     lost: int = 0
     joined: int = 0
     retry: asyncio.Task | None = None

@@ -62,13 +62,17 @@ def check_launch(accelerator) -> None:
 def place_gpus(cfg: RunConfig) -> Placement | None:
     """Which GPUs train and which generate (None on CPU, or when generation is on
     `engine.servers`); narrows this process's CUDA view to the trainer's GPUs, so it must run
-    before CUDA starts."""
+    before CUDA starts, and never starts it: the GPUs are counted from CUDA_VISIBLE_DEVICES,
+    NVML or the device nodes (placement.py `gpu_count`), not by CUDA, which would fix this
+    process's view before it is narrowed."""
     import torch
 
-    from scalerl.planning.placement import apply_to_trainer, plan_placement, visible_gpus
+    from scalerl.planning.placement import apply_to_trainer, gpu_count, plan_placement, visible_gpus
 
-    count = torch.cuda.device_count()  # NVML: does not start CUDA
-    if count == 0 or cfg.engine.servers:  # no GPU, or the engine runs on the servers
+    if not torch.backends.cuda.is_built() or cfg.engine.servers:  # a CPU build, or servers
+        return None
+    count = gpu_count()
+    if count == 0:
         return None
     if LAUNCH_GPUS not in os.environ:
         os.environ[LAUNCH_GPUS] = ",".join(visible_gpus(count,
@@ -76,9 +80,28 @@ def place_gpus(cfg: RunConfig) -> Placement | None:
     ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     placement = plan_placement(os.environ[LAUNCH_GPUS].split(","), ranks,
                                cfg.engine.tensor_parallel_size, cfg.engine.devices,
-                               exclusive=cfg.engine.weight_transfer == "nccl")
+                               exclusive=cfg.engine.weight_transfer == "nccl",
+                               engines=cfg.engine.data_parallel_size)
     apply_to_trainer(placement)
     return placement
+
+
+def engines_sized(cfg: RunConfig, placement: Placement | None, model_path: str,
+                  ranks: int) -> RunConfig:
+    """`cfg` with its engines as placed and, where null, their KV cache and max_num_seqs from
+    the GPU (scalerl/planning/layouts.py `size_engines`; the engine GPU taken as trainer GPU
+    0's kind: one node of one kind), said on stderr."""
+    from scalerl.planning.layouts import size_engines
+
+    total = 0
+    if placement is not None:
+        import torch
+
+        total = torch.cuda.get_device_properties(0).total_memory
+    cfg, line = size_engines(cfg, placement, model_path, ranks, gpu_bytes=total)
+    if line:
+        print(line, file=sys.stderr)
+    return cfg
 
 
 def share_gpu(cfg: RunConfig, placement: Placement, model_path: str, ranks: int) -> RunConfig:
@@ -289,8 +312,13 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
     if placement is not None:  # CUDA starts now, with the trainer's view, before the engine's
         import torch
 
+        from scalerl.planning.placement import check_cuda_view
+
         torch.cuda.init()
-        if placement.shared and accelerator.is_main_process:  # before the policy is there
+        check_cuda_view(placement, torch.cuda.device_count())
+    if accelerator.is_main_process:
+        cfg = engines_sized(cfg, placement, model_path, accelerator.num_processes)
+        if placement is not None and placement.shared:  # before the policy is there
             cfg = share_gpu(cfg, placement, model_path, accelerator.num_processes)
     policy = build_policy(cfg.policy, model_path, accelerator,
                           packed=cfg.offpolicy.micro_batch_tokens is not None)

@@ -73,7 +73,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="with --dry-run: memory of each GPU (default: this machine's)")
     parser.add_argument("--ranks", type=int, default=None, metavar="R",
                         help="with --dry-run: trainer processes per node (default: the "
-                             "launcher's, else one per GPU the engine leaves)")
+                             "launcher's, else the split the throughput model predicts "
+                             "fastest)")
+    parser.add_argument("--gpu", default=None, metavar="NAME",
+                        help="with --dry-run: the GPU model for the throughput plan (H100-SXM, "
+                             "H200-SXM, A100-80GB, ...; default: this machine's, else by "
+                             "--gpu-gib)")
+    parser.add_argument("--completion-tokens", type=int, default=None, metavar="N",
+                        help="with --dry-run: mean completion length (default: half the "
+                             "longest the budgets allow; a run's rollout/length_mean)")
+    parser.add_argument("--prompt-tokens", type=int, default=None, metavar="N",
+                        help="with --dry-run: mean prompt length (default 512)")
     parser.add_argument("--data", action="append", default=[], metavar="NAME=PATH",
                         help="task NAME of the mixture reads a local copy (its tasks[].data), "
                         "or built-in benchmark NAME is checked against the training data at "
@@ -178,21 +188,30 @@ def dry_run_command(cfg: RunConfig, args: argparse.Namespace) -> int:
     with one line when the layout cannot fit. Under a launcher only rank 0 prints."""
     from scalerl.planning.dry_run import describe, dry_run
     from scalerl.planning.placement import PlacementError
+    from scalerl.planning.throughput import GPUS
 
     if not _rank0():
         return 0
-    for flag in ("gpus", "ranks"):
+    for flag in ("gpus", "ranks", "completion_tokens", "prompt_tokens"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
-            print(f"scalerl train: --{flag} must be >= 1, got {getattr(args, flag)}",
-                  file=sys.stderr)
+            print(f"scalerl train: --{flag.replace('_', '-')} must be >= 1, got "
+                  f"{getattr(args, flag)}", file=sys.stderr)
             return 2
+    if args.gpu is not None and args.gpu not in GPUS:
+        print(f"scalerl train: --gpu {args.gpu!r}: known GPUs are {', '.join(GPUS)}",
+              file=sys.stderr)
+        return 2
     try:
-        plan = dry_run(cfg, gpus=args.gpus, gpu_gib=args.gpu_gib, ranks=args.ranks)
+        plan = dry_run(cfg, gpus=args.gpus, gpu_gib=args.gpu_gib, ranks=args.ranks,
+                       gpu_name=args.gpu, completion_tokens=args.completion_tokens,
+                       prompt_tokens=args.prompt_tokens, recipe=args.config)
     except (PlacementError, OSError, ValueError) as e:
         print(f"scalerl train: --dry-run: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(plan.to_json()))
+        for line in plan.speed.warnings if plan.speed else ():
+            print(f"scalerl train: --dry-run: {line}", file=sys.stderr)
     else:
         print("\n".join(describe(plan)))
     if plan.refusal:

@@ -16,7 +16,8 @@ import os
 from dataclasses import asdict, dataclass
 
 from scalerl.config import RunConfig
-from scalerl.planning.placement import Placement, PlacementError, plan_placement
+from scalerl.planning.layouts import workload
+from scalerl.planning.placement import Placement, PlacementError, gpu_count, plan_placement
 from scalerl.planning.sizing import (
     BYTES,
     GIB,
@@ -29,6 +30,16 @@ from scalerl.planning.sizing import (
     trainer_layout,
     trainer_memory,
 )
+from scalerl.planning.speed import (
+    Speed,
+    choose_ranks,
+    gpu_model,
+    plan_speed,
+    searched_tp,
+    sized_engine,
+    speed_lines,
+)
+from scalerl.planning.throughput import Workload
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,8 @@ class DryRun:
     """Rollouts submitted to the engine at once (PipelineRL: its lag window; PPO: a round)."""
     publish_bytes: int
     """Bytes of the weights sent to the engine at each publish (in the engine's dtype)."""
+    speed: Speed | None = None
+    """The throughput plan of this layout, and of every split of the node (None: no GPU)."""
 
     @property
     def refusal(self) -> str:
@@ -99,7 +112,8 @@ class DryRun:
     def to_json(self) -> dict:
         out = asdict(self)
         out["placement"] = None if self.placement is None else {
-            "train": list(self.placement.train), "generate": list(self.placement.generate)}
+            "train": list(self.placement.train), "generate": list(self.placement.generate),
+            "engines": [list(g) for g in self.placement.engine_gpus()]}
         out["fits"] = not self.refusal
         out["refusal"] = self.refusal
         out["trainer_gib"] = gib(self.trainer)
@@ -107,12 +121,17 @@ class DryRun:
         return out
 
 
+def launched() -> bool:
+    """Under torchrun/accelerate (RANK and LOCAL_WORLD_SIZE set; LOCAL_WORLD_SIZE alone is no
+    launcher: vLLM's CPU platform sets it in any process that started an engine)."""
+    return "LOCAL_WORLD_SIZE" in os.environ and "RANK" in os.environ
+
+
 def launch_ranks(gpus: int, cfg: RunConfig, ranks: int | None) -> tuple[int, int]:
     """(trainer ranks per node, in all): the launcher's (torchrun/accelerate set RANK,
     LOCAL_WORLD_SIZE, WORLD_SIZE), else `ranks`, else one per GPU the engine leaves free (every
-    GPU with engine.servers), one on a CPU. LOCAL_WORLD_SIZE alone is no launcher: vLLM's CPU
-    platform sets it (to its tensor-parallel size) in any process that started an engine."""
-    if "LOCAL_WORLD_SIZE" in os.environ and "RANK" in os.environ:
+    GPU with engine.servers), one on a CPU."""
+    if launched():
         local = int(os.environ["LOCAL_WORLD_SIZE"])
         return local, int(os.environ.get("WORLD_SIZE", local))
     if ranks is None:
@@ -123,29 +142,48 @@ def launch_ranks(gpus: int, cfg: RunConfig, ranks: int | None) -> tuple[int, int
 
 
 def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
-             ranks: int | None = None) -> DryRun:
+             ranks: int | None = None, gpu_name: str | None = None,
+             work: Workload | None = None, recipe: str | None = None) -> DryRun:
     """The dry run of `cfg` whose model's config.json is in `config_dir`; PlacementError when
-    the ranks or the engine cannot be placed on `gpus` GPUs per node."""
+    the ranks or the engine cannot be placed on `gpus` GPUs per node. `gpu_name`: the GPU model
+    (a registered name, or the device's own name; default: by its memory); `work`: what a step
+    asks for (default: the config's, with the stated mean lengths); `recipe`: for the launch
+    line."""
     shape = model_shape(config_dir)
-    local, world = launch_ranks(gpus, cfg, ranks)
+    work = work or workload(cfg)
+    gpu = gpu_model(gpu_name, gpu_bytes) if gpus and gpu_bytes else None
+    given = launch_ranks(gpus, cfg, ranks) if ranks is not None or launched() else None
+    local, world, found = choose_ranks(cfg, shape, gpus=gpus, gpu_bytes=gpu_bytes, gpu=gpu,
+                                       work=work, given=given,
+                                       default=launch_ranks(gpus, cfg, ranks))
+    cfg = searched_tp(cfg, found)
     e, o = cfg.engine, cfg.offpolicy
     placement = None
     if gpus and not e.servers:
         visible = [str(i) for i in range(gpus)]
         placement = plan_placement(visible, local, e.tensor_parallel_size, e.devices,
-                                   exclusive=e.weight_transfer == "nccl")
+                                   exclusive=e.weight_transfer == "nccl",
+                                   engines=e.data_parallel_size)
     layout = trainer_layout(cfg, world)
-    engine = {} if e.servers else engine_memory(shape, dtype=e.dtype, kv_gib=e.kv_cache_gib,
+    trainer = trainer_memory(shape, layout)
+    e = sized_engine(shape, e, placement, gpu_bytes=gpu_bytes, context=work.context,
+                     trainer=trainer)
+    kv_gib = e.kv_cache_gib or 0.0
+    engine = {} if e.servers else engine_memory(shape, dtype=e.dtype, kv_gib=kv_gib,
                                                 tp=e.tensor_parallel_size)
-    kv_tokens = e.kv_cache_gib * GIB / kv_bytes_per_token(shape, e.dtype, e.tensor_parallel_size)
+    if e.kv_cache_gib is None:  # sized from the engine GPU, and none is known
+        engine.pop("kv_cache", None)
+    kv_tokens = kv_gib * GIB / kv_bytes_per_token(shape, e.dtype, e.tensor_parallel_size)
     per_step = o.prompts_per_step * o.rollouts_per_prompt
     in_flight = (per_step * (o.max_lag + 1) if o.mode == "pipelinerl" else per_step * o.k)
+    speed = plan_speed(shape, e, gpu, world=world, local=local, placement=placement,
+                       work=work, found=found, in_flight=in_flight, recipe=recipe)
     return DryRun(model=cfg.policy.model, shape=shape, gpus=gpus, gpu_bytes=gpu_bytes,
-                 ranks=world, placement=placement, layout=layout,
-                 trainer=trainer_memory(shape, layout), engine=engine,
-                 engine_budget=int(e.memory_fraction * gpu_bytes),
-                 kv_sequences=kv_tokens / e.max_model_len, rollouts_per_step=per_step,
-                 in_flight=in_flight, publish_bytes=shape.params * BYTES[e.dtype])
+                  ranks=world, placement=placement, layout=layout,
+                  trainer=trainer, engine=engine,
+                  engine_budget=int(e.memory_fraction * gpu_bytes),
+                  kv_sequences=kv_tokens / e.max_model_len, rollouts_per_step=per_step,
+                  in_flight=in_flight, publish_bytes=shape.params * BYTES[e.dtype], speed=speed)
 
 
 def config_dir(model: str) -> str:
@@ -206,27 +244,43 @@ def describe(run: DryRun) -> list[str]:
         lines.append(f"engine: {gib(run.engine):.1f} GiB of its {gib(run.engine_budget):.1f} "
                      "GiB (engine.memory_fraction)" if run.engine_budget else
                      f"engine: {gib(run.engine):.1f} GiB")
-    lines.append(f"KV cache: {run.kv_sequences:.1f} full-length sequences; "
-                 f"{run.rollouts_per_step} rollouts per step, {run.in_flight} in flight")
+    kv = (f"{run.kv_sequences:.1f} full-length sequences" if run.kv_sequences or not run.engine
+          or "kv_cache" in run.engine else "from the engine GPU's memory (none told of)")
+    lines.append(f"KV cache: {kv}; {run.rollouts_per_step} rollouts per step, "
+                 f"{run.in_flight} in flight")
     lines.append(f"each publish sends {gib(run.publish_bytes):.1f} GiB of weights")
+    lines += speed_lines(run.speed)
     lines.append(("fits" if run.gpu_bytes else "not checked") if not run.refusal
                  else run.refusal)
     return lines
 
 
 def dry_run(cfg: RunConfig, *, gpus: int | None, gpu_gib: float | None,
-            ranks: int | None = None) -> DryRun:
+            ranks: int | None = None, gpu_name: str | None = None,
+            completion_tokens: int | None = None, prompt_tokens: int | None = None,
+            recipe: str | None = None) -> DryRun:
     """The dry run on the GPUs told of, else on those this machine sees (PlacementError when
-    the ranks or the engine cannot be placed)."""
-    if gpus is None or gpu_gib is None:
+    the ranks or the engine cannot be placed); `gpu_name`: the GPU model (default: this
+    machine's, else by `gpu_gib`); the mean lengths: the throughput model's assumptions unless
+    given."""
+    if gpus is None:
+        gpus = gpu_count()
+    if gpus and (gpu_gib is None or gpu_name is None) and _cuda_devices():
         import torch
 
-        seen = torch.cuda.device_count()
-        gpus = seen if gpus is None else gpus
-        if gpu_gib is None:
-            gpu_gib = torch.cuda.get_device_properties(0).total_memory / GIB if seen else 0.0
-    return plan_run(cfg, config_dir(cfg.policy.model), gpus=gpus, gpu_bytes=int(gpu_gib * GIB),
-                    ranks=ranks)
+        props = torch.cuda.get_device_properties(0)
+        gpu_gib = props.total_memory / GIB if gpu_gib is None else gpu_gib
+        gpu_name = props.name if gpu_name is None else gpu_name
+    work = workload(cfg, completion_tokens=completion_tokens, prompt_tokens=prompt_tokens)
+    return plan_run(cfg, config_dir(cfg.policy.model), gpus=gpus,
+                    gpu_bytes=int((gpu_gib or 0.0) * GIB), ranks=ranks, gpu_name=gpu_name,
+                    work=work, recipe=recipe)
+
+
+def _cuda_devices() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 __all__ = ["DryRun", "PlacementError", "describe", "dry_run", "plan_run", "table"]

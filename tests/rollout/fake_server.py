@@ -15,8 +15,11 @@ from aiohttp import web
 class FakeServer:
     def __init__(self, model_root: str, *, world_size: int = 1, world_size_delay_s: float = 0.0,
                  update_delay_s: float = 0.0, max_model_len: int = 1024,
-                 down_for_s: float = 0.0):
+                 down_for_s: float = 0.0, data_parallel: int = 1):
         self.model_root, self.world_size = model_root, world_size
+        self.data_parallel = data_parallel
+        """vLLM's `--data-parallel-size`: `/get_world_size` counts it unless `include_dp` is
+        false (vLLM 0.32's route: TP x PP x DP by default, TP x PP without)."""
         self.world_size_delay_s, self.update_delay_s = world_size_delay_s, update_delay_s
         self.max_model_len = max_model_len
         self.down_for_s = down_for_s
@@ -61,7 +64,9 @@ class FakeServer:
             if self.world_size_delay_s < 0:  # never answers (until closed)
                 await self._closing.wait()
             await asyncio.sleep(self.world_size_delay_s)
-            return web.json_response({"world_size": self.world_size})
+            include_dp = request.query.get("include_dp", "true").lower() not in ("false", "0")
+            return web.json_response({"world_size": self.world_size * (
+                self.data_parallel if include_dp else 1)})
         if path == "/weight_info":
             return web.json_response({"weight_version": self.label})
         if path == "/update_weight_version":

@@ -86,3 +86,25 @@ def test_chunked_prefill_stays_on_for_an_engine_on_gpus_and_off_on_cpu():
         "enable_chunked_prefill"]
     off = EngineConfig(chunked_prefill=False)
     assert not off.vllm_kwargs("/m", fp32_head=True, gpu=True)["enable_chunked_prefill"]
+
+
+def test_a_kv_cache_and_max_num_seqs_left_to_the_gpu():
+    free = EngineConfig(kv_cache_gib=None, max_num_seqs=None)
+    kwargs = free.vllm_kwargs("m", fp32_head=True, gpu=True)
+    # unsized (an engine outside a run, e.g. `scalerl serve`): vLLM's own profiling and default
+    assert kwargs["kv_cache_memory_bytes"] is None and kwargs["max_num_seqs"] is None
+    with pytest.raises(ValueError, match="engine.kv_cache_gib = null sizes the KV cache from a "
+                                         "GPU's memory; on CPU give it in GiB"):
+        free.vllm_kwargs("m", fp32_head=True, gpu=False)
+    assert EngineConfig(kv_cache_gib=2.5).vllm_kwargs("m", fp32_head=True, gpu=True)[
+        "kv_cache_memory_bytes"] == int(2.5 * 2**30)
+
+
+def test_several_engines_are_local_servers_and_servers_elsewhere_are_none():
+    assert EngineConfig().local_servers == 0  # one engine in this process
+    assert EngineConfig(data_parallel_size=None).local_servers == 0  # placed: one on CPU
+    assert EngineConfig(data_parallel_size=3).local_servers == 3
+    assert EngineConfig(data_parallel_size=3, servers=("http://h:1",)).local_servers == 0
+    for field in ("data_parallel_size", "max_num_seqs"):
+        with pytest.raises(ValueError, match=f"EngineConfig.{field} must be >= 1 or null"):
+            EngineConfig(**{field: 0})

@@ -47,6 +47,21 @@ def test_the_group_waits_for_every_server_and_counts_each_ones_workers(servers,
         gen.close()
 
 
+def test_a_server_started_with_data_parallelism_joins_with_every_ranks_workers(
+        servers, tiny_model_path):
+    # `vllm serve --data-parallel-size 2 --tensor-parallel-size 2`: 4 workers, each joining
+    # the group at rank offset + dp_rank x 2 + its TP rank (vLLM 0.32's
+    # worker_init_process_group), so the server needs 4 ranks of the group, not 2
+    plain, dp = servers(world_size=1), servers(world_size=2, data_parallel=2)
+    gen = generator(tiny_model_path, [dp, plain], server_wait_s=30.0)
+    try:
+        _, world = gen.weight_sync_group()
+        assert world == 1 + 2 * 2 + 1
+        assert gen.weight_sync_client().offsets == [1, 5]  # the plain server after dp's 4
+    finally:
+        gen.close()
+
+
 def test_a_server_that_never_says_its_world_size_is_one_line_naming_it(servers,
                                                                        tiny_model_path):
     up, silent = servers(), servers(world_size_delay_s=-1)

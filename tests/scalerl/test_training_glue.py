@@ -1,6 +1,8 @@
 """The training glue's launch rules and start-up facts: Accelerate's own sharding is refused, the
-shipped launch configs are plain multi-GPU ones, and the trainer state's bytes per parameter."""
+shipped launch configs are plain multi-GPU ones, the trainer state's bytes per parameter, and
+placement counts the GPUs without starting CUDA."""
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -59,3 +61,29 @@ def test_a_bf16_trainer_head_beside_an_fp32_engine_is_refused_in_one_line():
     check_head_dtype(bf16_head, "bfloat16", on_gpu=True)
     check_head_dtype(bf16_head, "float32", on_gpu=False)  # CPU: fp32 body, fp32 engine
     check_head_dtype(PolicyConfig(fp32_head=True), "bfloat16", on_gpu=True)
+
+
+def test_placement_never_starts_cuda_before_the_trainers_view_is_narrowed(monkeypatch):
+    # A CUDA build on a node without NVML: torch's own device_count would ask CUDA
+    # (cudaGetDeviceCount), which fixes this process's view of the GPUs before
+    # CUDA_VISIBLE_DEVICES is narrowed to the trainer's. No GPU here: the build and NVML are
+    # stood in for, and any call into CUDA fails the test.
+    from scalerl.config import load_config
+    from scalerl.planning import placement
+    from scalerl.training import LAUNCH_GPUS, place_gpus
+
+    def cuda(*_):
+        raise AssertionError("placement asked CUDA")
+
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", cuda)
+    monkeypatch.setattr(torch.cuda, "init", cuda)
+    monkeypatch.setattr(placement, "_nvml_count", lambda: -1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.delenv(LAUNCH_GPUS, raising=False)
+    placed = place_gpus(load_config("scalerl"))
+    assert placed.train == ("0", "1") and placed.engine_gpus() == [("2",), ("3",)]
+    assert placed.engines == 2  # engine.data_parallel_size null: every GPU the ranks leave
+    assert torch.cuda.is_initialized() is False
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1" and os.environ[LAUNCH_GPUS] == "0,1,2,3"

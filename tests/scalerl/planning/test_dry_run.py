@@ -1,7 +1,9 @@
 """`scalerl train --dry-run`: the model built on `meta` from a published config.json alone (no
 weights), placed and sized as the run would be; the ScaleRL recipe fits 8 x 80 GB with micro-
-batches by tokens, and the old `micro_batch_size: 8` at 16k tokens per row is refused in one
-line, in well under 10 s of CPU. The memory model itself is checked by hand on a small shape."""
+batches by tokens, split between trainer ranks and engines as the throughput model predicts
+fastest (its trainer idle under 0.3; a larger KV cache on 141 GB), and the old
+`micro_batch_size: 8` at 16k tokens per row is refused in one line, in well under 10 s of CPU.
+The memory model itself is checked by hand on a small shape."""
 
 from __future__ import annotations
 
@@ -51,17 +53,61 @@ def test_the_scalerl_recipe_for_qwen3_8b_fits_eight_80gb_gpus(tmp_path):
     assert code == 0, err
     plan = json.loads(out)
     assert plan["shape"]["params"] == QWEN3_8B_PARAMS and plan["fits"] and not plan["refusal"]
-    assert plan["placement"] == {"train": [str(i) for i in range(7)], "generate": ["7"]}
-    assert plan["ranks"] == 7 and plan["layout"]["micro_tokens"] == 32768
-    assert plan["trainer_gib"] < 80 and plan["engine_gib"] <= 0.85 * 80
-    # the state is 16 bytes per parameter over 7 ranks
+    # the split the throughput model predicts fastest: 3 FSDP2 ranks, 5 TP-1 engines
+    assert plan["placement"] == {"train": ["0", "1", "2"], "generate": ["3", "4", "5", "6", "7"],
+                                 "engines": [["3"], ["4"], ["5"], ["6"], ["7"]]}
+    assert plan["ranks"] == 3 and plan["layout"]["micro_tokens"] == 16384
+    assert plan["trainer_gib"] < 80 and plan["engine_gib"] <= 0.9 * 80
+    # the state is 16 bytes per parameter over 3 ranks
     state = sum(plan["trainer"][k] for k in ("weights", "gradients", "optimizer"))
-    assert state == pytest.approx(16 * QWEN3_8B_PARAMS / 7, rel=1e-6)
+    assert state == pytest.approx(16 * QWEN3_8B_PARAMS / 3, rel=1e-6)
     assert plan["publish_bytes"] == 2 * QWEN3_8B_PARAMS  # bf16
-    # 2 (K, V) x 36 layers x 8 KV heads x 128 x 2 bytes = 144 KiB per token; 40 GiB of it
-    assert plan["kv_sequences"] == pytest.approx(40 * GIB / 147456 / 16384)
+    # the KV cache fills the engine GPU: 0.9 x 80 GiB less the weights and 3 GiB of runtime,
+    # at 2 (K, V) x 36 layers x 8 KV heads x 128 x 2 bytes = 144 KiB per token
+    kv = 0.9 * 80 * GIB - 2 * QWEN3_8B_PARAMS - 3 * GIB
+    assert plan["engine"]["kv_cache"] == int(kv)
+    assert plan["kv_sequences"] == pytest.approx(int(kv) / GIB * GIB / 147456 / 16384)
     assert plan["rollouts_per_step"] == 48 * 16 and plan["in_flight"] == 48 * 16 * 9
+    speed = plan["speed"]
+    assert speed["gpu"] == "H100-SXM" and speed["engine"]["engines"] == 5
+    assert speed["engine"]["max_num_seqs"] == int(kv) // 147456 // 4096 == 95
+    p = speed["plan"]
+    assert p["trainer_idle"] < 0.3 and p["decode"]["sequences"] == 95
+    assert p["concurrency"] == 5 * 95
+    assert p["step_s"] == pytest.approx(max(p["generate_s"], p["train_s"]) + p["publish_s"])
+    assert p["rollouts_per_hour"] == pytest.approx(768 * 3600 / p["step_s"])
+    assert p["wall_s"] == pytest.approx(7400 * p["step_s"])
+    assert [(c["layout"]["ranks"], c["fits"]) for c in speed["layouts"]] == [
+        (1, False), (2, False), (3, True), (4, True), (5, True), (6, True), (7, True)]
+    assert speed["launch"] == "torchrun --nproc_per_node 3 -m scalerl train --config scalerl"
     assert cpu < 10, f"{cpu:.1f} s of CPU"
+    # an H200's 141 GB: a larger KV cache per engine than the H100's 80
+    code, out, err, _ = dry_run(write_config(tmp_path, QWEN3_8B), "--json", "--gpus", "8",
+                                "--gpu-gib", "141")
+    big = json.loads(out)["speed"]
+    assert code == 0, err
+    assert big["gpu"] == "H200-SXM" and big["engine"]["kv_cache_gib"] == pytest.approx(
+        (0.9 * 141 * GIB - 2 * QWEN3_8B_PARAMS - 3 * GIB) / GIB)
+    assert big["engine"]["kv_cache_gib"] > speed["engine"]["kv_cache_gib"] + 50
+    assert big["plan"]["trainer_idle"] < 0.3
+
+
+def test_the_printed_plan_and_its_warning_for_rollouts_queued_past_the_engines(tmp_path):
+    code, out, err, _ = dry_run(write_config(tmp_path, QWEN3_8B), "--gpus", "8", "--gpu-gib",
+                                "80", "--completion-tokens", "4000")
+    assert code == 0, err
+    assert "throughput on H100-SXM" in out and "mean prompt 512 + completion 4000 tokens" in out
+    # a 512 + 2,000-token mean context: 391,348 // 2,512 = 155 sequences per engine, each
+    # engine faster than at 7,168-token completions, and the split moves to 4:4
+    assert "engines: 4 x TP 1, KV cache 53.7 GiB per GPU, max_num_seqs 155" in out
+    assert "  * 4:4  trainer rank" in out and "1:7  trainer rank" in out
+    assert "rollouts per hour; 7400 steps in" in out and "days" in out
+    # 6,912 requests (48 x 16 x (8 + 1)) against what 5 engines decode at once
+    assert "warning: 6912 rollouts in flight but the engines decode" in out
+    assert "launch: torchrun --nproc_per_node" in out
+    code, _, err, _ = dry_run(write_config(tmp_path, QWEN3_8B), "--gpus", "8", "--gpu-gib",
+                              "80", "--gpu", "B300")
+    assert code == 2 and "--gpu 'B300': known GPUs are A100-40GB" in err
 
 
 def test_eight_padded_rows_of_16k_tokens_per_micro_batch_are_refused_in_one_line(tmp_path):
@@ -77,17 +123,21 @@ def test_eight_padded_rows_of_16k_tokens_per_micro_batch_are_refused_in_one_line
 
 def test_qwen25_1_5b_on_one_shared_gpu_is_sized_with_its_tied_head(tmp_path):
     path = write_config(tmp_path, QWEN25_1_5B)
-    code, out, err, _ = dry_run(path, "--json", "--gpus", "1", "--gpu-gib", "80")
+    code, out, err, _ = dry_run(path, "--json", "--gpus", "1", "--gpu-gib", "80", "--set",
+                                "engine.kv_cache_gib=70")
     plan = json.loads(out)
     assert plan["shape"]["params"] == QWEN25_1_5B_PARAMS and plan["shape"]["tied"]
-    assert plan["placement"] == {"train": ["0"], "generate": ["0"]}  # shared
-    assert code == 2 and "a trainer rank and the engine need" in err  # 40 GiB of KV on top
-    code, out, err, _ = dry_run(path, "--json", "--gpus", "1", "--gpu-gib", "80", "--set",
-                                "engine.kv_cache_gib=8")
+    assert plan["placement"]["train"] == ["0"] and plan["placement"]["generate"] == ["0"]
+    assert code == 2 and "a trainer rank and the engine need" in err  # 70 GiB of KV on top
+    code, out, err, _ = dry_run(path, "--json", "--gpus", "1", "--gpu-gib", "80")
     plan = json.loads(out)
     assert code == 0, err
-    # 2 (K, V) x 28 layers x 2 KV heads x 128 x 2 bytes per token
-    assert plan["kv_sequences"] == pytest.approx(8 * GIB / 28672 / 16384)
+    # the KV cache takes what the shared GPU leaves: 0.9 x 80 GiB less the trainer rank's peak,
+    # the bf16 weights and the engine's runtime; 2 (K, V) x 28 layers x 2 KV heads x 128 x 2
+    # bytes per token
+    kv = int(0.9 * 80 * GIB - plan["trainer_gib"] * GIB - 2 * QWEN25_1_5B_PARAMS - 3 * GIB)
+    assert plan["engine"]["kv_cache"] == pytest.approx(kv, abs=1)
+    assert plan["kv_sequences"] == pytest.approx(kv / 28672 / 16384, rel=1e-6)
     assert plan["trainer"]["weights"] == 4 * QWEN25_1_5B_PARAMS  # fp32, one rank
 
 

@@ -1,4 +1,5 @@
-"""Which GPUs train and which generate on one node (the rule; no GPU needed to check it)."""
+"""Which GPUs train and which generate on one node, and how many there are without starting CUDA
+(the rule; no GPU needed to check it)."""
 
 import os
 
@@ -8,7 +9,9 @@ from scalerl.planning.placement import (
     Placement,
     PlacementError,
     apply_to_trainer,
+    check_cuda_view,
     engine_env,
+    gpu_count,
     plan_placement,
     visible_gpus,
 )
@@ -73,3 +76,47 @@ def test_trainer_and_engine_see_their_own_gpus(monkeypatch):
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "1,2,3"
     with engine_env(None):  # CPU: nothing changes
         assert os.environ["CUDA_VISIBLE_DEVICES"] == "1,2,3"
+
+
+def test_by_default_the_spare_gpus_become_engines_of_their_own():
+    p = plan_placement(EIGHT, ranks=4, tp=1)  # PipelineRL's 4:4
+    assert p.train == ("0", "1", "2", "3") and p.engines == 4
+    assert p.engine_gpus() == [("4",), ("5",), ("6",), ("7",)] and p.held(world=4) == 8
+    assert "4 vLLM engines (local servers) on GPU 4; 5; 6; 7" in p.describe()
+    assert plan_placement(EIGHT, ranks=4, tp=2).engine_gpus() == [("4", "5"), ("6", "7")]
+    assert plan_placement(EIGHT, ranks=3, tp=2).engine_gpus() == [("3", "4"), ("5", "6")]
+    assert plan_placement(EIGHT, ranks=7, tp=1).engines == 1  # one GPU left: one engine
+
+
+def test_a_set_number_of_engines_takes_that_many_and_no_more():
+    p = plan_placement(EIGHT, ranks=4, tp=1, engines=2)
+    assert p.generate == ("4", "5") and p.engines == 2 and p.held(world=4) == 6
+    p = plan_placement(EIGHT, ranks=2, tp=1, devices=(6, 7), engines=2)
+    assert p.train == ("0", "1") and p.engine_gpus() == [("6",), ("7",)]
+    with pytest.raises(PlacementError, match=r"data_parallel_size = 5 engines of 1 GPUs need "
+                                              r"5 GPUs, but 4 trainer ranks leave 4"):
+        plan_placement(EIGHT, ranks=4, tp=1, engines=5)
+    with pytest.raises(PlacementError, match=r"need 4 distinct GPU indices .* x 2 engines"):
+        plan_placement(EIGHT, ranks=2, tp=2, devices=(6, 7), engines=2)
+
+
+def test_gpus_are_counted_without_cuda(tmp_path, monkeypatch):
+    from scalerl.planning import placement
+
+    assert gpu_count({"CUDA_VISIBLE_DEVICES": "2,3"}) == 2  # the launcher's view
+    assert gpu_count({"CUDA_VISIBLE_DEVICES": ""}) == 0  # CUDA's: none visible
+    monkeypatch.setattr(placement, "_nvml_count", lambda: -1)  # a node without NVML
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-modeset"):
+        (tmp_path / name).touch()
+    assert gpu_count({}, dev=tmp_path) == 2  # the device nodes, not the control ones
+    assert gpu_count({}, dev=tmp_path / "none") == 0
+    monkeypatch.setattr(placement, "_nvml_count", lambda: 8)
+    assert gpu_count({}, dev=tmp_path) == 8  # NVML, where it answers
+
+
+def test_once_cuda_has_started_it_must_see_the_gpus_counted():
+    p = plan_placement(["0", "1", "2", "3"], ranks=2, tp=1)
+    check_cuda_view(p, 2)
+    with pytest.raises(PlacementError, match=r"counted the trainer's GPUs as 0,1 .* but CUDA "
+                                              r"sees 4 device\(s\)"):
+        check_cuda_view(p, 4)

@@ -1,0 +1,278 @@
+"""How fast a run would go, beside how much memory it needs (sizing.py): the engines' decode
+tokens/s, the trainer's tokens/s, the step time with or without PipelineRL's overlap, rollouts
+per hour, the trainer's and the engines' idle fractions and the recipe's wall time, from the
+model's shape, a GPU's datasheet figures and a layout (trainer ranks, engines, their tensor
+parallelism).
+
+Pure functions over frozen dataclasses; every constant names its source (docs/gpu.md lists them
+with a worked example). It is a model for planning: none of its figures has been measured on a
+GPU, and docs/gpu.md says what a GPU run must check. No GPU is read and nothing starts here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scalerl.planning.placement import Layout
+from scalerl.planning.sizing import BYTES, ModelShape, kv_bytes_per_token
+
+MBU = 0.6
+"""Memory-bandwidth utilisation of a decode step (bytes of weights and KV read per step over
+the time it takes, divided by the datasheet bandwidth), as the Databricks/MosaicML post "LLM
+Inference Performance Engineering: Best Practices" (2023) defines it. Assumed, not measured:
+the low end of what tuned CUDA serving stacks reach; a run's `rollout/tokens_per_s` measures
+it."""
+TRAINER_MFU = 0.25
+"""Model-FLOPs utilisation of a trainer step (PaLM's definition, appendix B: recomputation not
+counted). torchtitan's Llama 3.1 8B benchmark (benchmarks/llama3_h100_202412_torchtitan.md:
+FSDP2 on 8 H100s, selective activation checkpointing) reaches 33-39%; full checkpointing (this
+trainer's) runs one more forward, 8 passes' worth of FLOPs where 6 count: 0.33 x 6/8 = 0.25."""
+MAX_SEQS_CAP = 512
+"""Most `max_num_seqs` chosen from the KV capacity: vLLM 0.32 captures CUDA graphs up to 512
+sequences by default (`CompilationConfig.max_cudagraph_capture_size`); larger decode batches run
+eagerly."""
+IN_FLIGHT_WARN = 4.0
+"""Warn when the rollouts in flight exceed this many times what the engines decode at once: the
+rest wait in vLLM's first-come queue, and a batch completes only after most of them."""
+IDLE_WARN = 0.5
+"""Warn when the trainer would idle more than this share of the time."""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU's datasheet figures (NVIDIA's product pages; dense, without 2:4 sparsity)."""
+
+    name: str
+    """Registry name, e.g. H100-SXM."""
+    memory_gb: float
+    """Memory in GB as the datasheet says (80, 141)."""
+    bandwidth: float
+    """Memory bandwidth, bytes/s."""
+    bf16_flops: float
+    """Peak dense BF16 tensor-core FLOP/s (the datasheet's sparse figure halved)."""
+    link_bandwidth: float
+    """GPU-to-GPU bandwidth one way, bytes/s (NVLink, half the datasheet's bidirectional)."""
+    host_bandwidth: float
+    """GPU-to-host bandwidth one way, bytes/s (PCIe x16, half the bidirectional figure)."""
+    source: str
+    """Where the figures are from."""
+
+    def __post_init__(self) -> None:
+        for field in ("memory_gb", "bandwidth", "bf16_flops", "link_bandwidth",
+                      "host_bandwidth"):
+            if getattr(self, field) <= 0:
+                raise ValueError(f"Gpu {self.name}: {field} must be > 0")
+
+
+_H100 = "https://www.nvidia.com/en-us/data-center/h100/ (datasheet)"
+_H200 = "https://www.nvidia.com/en-us/data-center/h200/ (datasheet)"
+_A100 = "https://www.nvidia.com/en-us/data-center/a100/ (datasheet)"
+GPUS = {g.name: g for g in [
+    Gpu("A100-40GB", 40, 1.555e12, 312e12, 300e9, 32e9, _A100),
+    Gpu("A100-80GB", 80, 2.039e12, 312e12, 300e9, 32e9, _A100),
+    Gpu("H100-PCIe", 80, 2.0e12, 756e12, 300e9, 64e9, _H100),
+    Gpu("H100-SXM", 80, 3.35e12, 989e12, 450e9, 64e9, _H100),
+    Gpu("H100-NVL", 94, 3.9e12, 835e12, 300e9, 64e9, _H100),
+    Gpu("H200-NVL", 141, 4.8e12, 835e12, 450e9, 64e9, _H200),
+    Gpu("H200-SXM", 141, 4.8e12, 989e12, 450e9, 64e9, _H200),
+]}
+"""The GPUs the model knows, by name."""
+
+
+def gpu_named(name: str) -> Gpu:
+    """The registered GPU `name` (ValueError, one line, naming the registered ones)."""
+    if name not in GPUS:
+        raise ValueError(f"GPU {name!r} is not registered; known: {', '.join(GPUS)}")
+    return GPUS[name]
+
+
+def gpu_for(gib: float, device_name: str | None = None) -> Gpu:
+    """The GPU a device name reports (torch's `get_device_name`, e.g. "NVIDIA H100 80GB
+    HBM3"), else the registered one whose memory is nearest `gib` (ties: the fastest memory;
+    80 -> H100-SXM, 141 -> H200-SXM). An unknown device name falls back on the memory."""
+    text = (device_name or "").upper()
+    family = [g for g in GPUS.values() if g.name.split("-")[0] in text]
+    marked = [g for g in family if g.name.split("-")[1].upper() in text.replace(" ", "-")]
+    plain = [g for g in family if g.name.split("-")[1] not in ("NVL", "PCIe")]
+    pool = marked or plain or family or list(GPUS.values())
+    return min(pool, key=lambda g: (abs(g.memory_gb - gib), -g.bandwidth, -g.bf16_flops))
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one training step asks of the engines and the trainer."""
+
+    rollouts_per_step: int
+    """prompts_per_step x rollouts_per_prompt."""
+    prompt_tokens: int
+    """Mean prompt length (chat template included)."""
+    completion_tokens: int
+    """Mean completion length."""
+    steps: int
+    """Training steps of the run."""
+    overlap: bool
+    """Generation and training overlap (PipelineRL); False: they alternate (PPO-offpolicy)."""
+    steps_per_publish: int = 1
+    """Steps between two publishes of the weights (PPO-offpolicy-k: k; PipelineRL: 1)."""
+
+    def __post_init__(self) -> None:
+        for field in ("rollouts_per_step", "completion_tokens", "steps", "steps_per_publish"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"Workload.{field} must be >= 1, got {getattr(self, field)}")
+        if self.prompt_tokens < 0:
+            raise ValueError(f"Workload.prompt_tokens must be >= 0, got {self.prompt_tokens}")
+
+    @property
+    def sequence(self) -> int:
+        """Mean tokens of a rollout (prompt + completion): a trained row."""
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def context(self) -> int:
+        """Mean context a decoding sequence holds over its life: the prompt plus half its
+        completion (every sequence as long as the mean; longer tails hold more)."""
+        return self.prompt_tokens + self.completion_tokens // 2
+
+
+@dataclass(frozen=True)
+class Decode:
+    """One engine's decode steady state."""
+
+    kv_tokens: int
+    """Tokens its KV cache holds (per GPU; a TP engine's GPUs hold the same tokens)."""
+    sequences: int
+    """Sequences decoding at once: max_num_seqs, or what the KV holds at the mean context."""
+    step_s: float
+    """Seconds of one decode step (one token for each sequence)."""
+    tokens_per_s: float
+    """Tokens the engine generates per second."""
+    bound: str
+    """`memory` (reading weights and KV) or `compute` (the step's FLOPs at peak)."""
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """A layout's predicted speed."""
+
+    layout: Layout
+    """Trainer ranks, engines and their tensor parallelism."""
+    decode: Decode
+    """One engine's steady state."""
+    decode_tokens_per_s: float
+    """Tokens per second of all engines together."""
+    trainer_tokens_per_s: float
+    """Tokens per second the trainer ranks train on together."""
+    generate_s: float
+    """Seconds the engines take to generate one step's rollouts."""
+    train_s: float
+    """Seconds the trainer takes for one step."""
+    publish_s: float
+    """Seconds per step of sending the weights to the engines (the engines pause for it)."""
+    step_s: float
+    """Seconds per step: PipelineRL max(generate, train) + publish; PPO generate + train +
+    publish."""
+    rollouts_per_hour: float
+    """Rollouts trained on per hour."""
+    trainer_idle: float
+    """Share of a step the trainer waits: 1 - train / step."""
+    generator_idle: float
+    """Share of a step the engines wait: 1 - generate / step."""
+    wall_s: float
+    """Seconds of the whole run's training steps (validation and start-up not counted)."""
+    concurrency: int
+    """Sequences all engines decode at once."""
+
+
+def compute_params(shape: ModelShape) -> int:
+    """Parameters each token multiplies through: all but an untied input embedding (a lookup;
+    torchtitan's FLOP count leaves it out the same way)."""
+    return shape.params - (0 if shape.tied else shape.vocab * shape.hidden)
+
+
+def max_num_seqs_for(kv_tokens: int, context: int) -> int:
+    """The sequences the KV cache holds at the mean context (at least 1, at most
+    MAX_SEQS_CAP), so vLLM's scheduler is not preempting all the time."""
+    return max(1, min(MAX_SEQS_CAP, kv_tokens // max(1, context)))
+
+
+def decode(shape: ModelShape, gpu: Gpu, *, tp: int, dtype: str, kv_bytes: int, context: int,
+           max_num_seqs: int) -> Decode:
+    """A decode step is memory-bound (vLLM reads every weight once per step, and each
+    sequence's KV): per GPU, weights / tp + sequences x context x KV bytes per token, at
+    `MBU` of the bandwidth; never faster than its FLOPs (2 x compute params + 4 x layers x
+    attention width x context per token) at the GPU's peak."""
+    per_token = kv_bytes_per_token(shape, dtype, tp)
+    kv_tokens = kv_bytes // per_token
+    seqs = min(max_num_seqs, kv_tokens // max(1, context))
+    if seqs < 1:
+        raise ValueError(f"the KV cache ({kv_tokens} tokens per GPU) does not hold one sequence "
+                         f"at the mean context ({context} tokens)")
+    read = compute_params(shape) * BYTES[dtype] / tp + seqs * context * per_token
+    memory_s = read / (gpu.bandwidth * MBU)
+    flops = seqs * (2 * compute_params(shape)
+                    + 4 * shape.layers * shape.heads * shape.head_dim * context) / tp
+    compute_s = flops / gpu.bf16_flops
+    step = max(memory_s, compute_s)
+    return Decode(kv_tokens=kv_tokens, sequences=seqs, step_s=step, tokens_per_s=seqs / step,
+                  bound="memory" if memory_s >= compute_s else "compute")
+
+
+def trainer_flops_per_token(shape: ModelShape, sequence: int) -> float:
+    """Model FLOPs per trained token (PaLM appendix B; torchtitan counts the same): 6 x compute
+    params + 12 x layers x attention width x the row's length."""
+    return (6 * compute_params(shape)
+            + 12 * shape.layers * shape.heads * shape.head_dim * sequence)
+
+
+def trainer_tokens_per_s(shape: ModelShape, gpu: Gpu, ranks: int, sequence: int,
+                         mfu: float = TRAINER_MFU) -> float:
+    """Tokens per second `ranks` trainer GPUs train on at `mfu` of their peak."""
+    return ranks * gpu.bf16_flops * mfu / trainer_flops_per_token(shape, sequence)
+
+
+def publish_seconds(weight_bytes: int, gpu: Gpu, transfer: str) -> float:
+    """Seconds to send the weights: NCCL over NVLink (one broadcast), or `files` through the
+    host (the trainer GPU to host, then host to each engine GPU, in parallel): a lower bound
+    (the staging and the engine's load are not counted)."""
+    if transfer == "nccl":
+        return weight_bytes / gpu.link_bandwidth
+    return 2 * weight_bytes / gpu.host_bandwidth
+
+
+def throughput(shape: ModelShape, gpu: Gpu, layout: Layout, work: Workload, *, dtype: str,
+               kv_bytes: int, max_num_seqs: int, transfer: str = "files") -> Throughput:
+    """The predicted speed of `layout` on `gpu` for `work`."""
+    one = decode(shape, gpu, tp=layout.tp, dtype=dtype, kv_bytes=kv_bytes,
+                 context=work.context, max_num_seqs=max_num_seqs)
+    engines_tps = layout.engines * one.tokens_per_s
+    trainer_tps = trainer_tokens_per_s(shape, gpu, layout.ranks, work.sequence)
+    generate = work.rollouts_per_step * work.completion_tokens / engines_tps
+    train = work.rollouts_per_step * work.sequence / trainer_tps
+    publish = (publish_seconds(shape.params * BYTES[dtype], gpu, transfer)
+               / work.steps_per_publish)
+    step = (max(generate, train) if work.overlap else generate + train) + publish
+    return Throughput(
+        layout=layout, decode=one, decode_tokens_per_s=engines_tps,
+        trainer_tokens_per_s=trainer_tps, generate_s=generate, train_s=train,
+        publish_s=publish, step_s=step, rollouts_per_hour=work.rollouts_per_step * 3600 / step,
+        trainer_idle=1 - train / step, generator_idle=1 - generate / step,
+        wall_s=work.steps * step, concurrency=layout.engines * one.sequences)
+
+
+def warnings(speed: Throughput, in_flight: int, *, overlap: bool = True) -> list[str]:
+    """One line per thing the plan would waste: rollouts in flight far beyond what the engines
+    decode at once, or a trainer idle most of the time (`overlap`: PipelineRL; without it the
+    idle time is PPO-offpolicy's turns, which more engines only shorten)."""
+    out = []
+    if in_flight > IN_FLIGHT_WARN * speed.concurrency:
+        out.append(f"warning: {in_flight} rollouts in flight but the engines decode "
+                   f"{speed.concurrency} at once ({in_flight / speed.concurrency:.1f}x, over "
+                   f"{IN_FLIGHT_WARN:g}x): the rest wait in vLLM's first-come queue and a batch "
+                   "completes only after most of them")
+    if speed.trainer_idle > IDLE_WARN:
+        fix = ("give generation more GPUs" if overlap else "PPO-offpolicy generates and trains "
+               "in turn; offpolicy.mode=pipelinerl overlaps them")
+        out.append(f"warning: the trainer would idle {speed.trainer_idle:.0%} of each step "
+                   f"({speed.layout.ranks} trainer ranks, {speed.layout.engines} "
+                   f"engine{'s' if speed.layout.engines != 1 else ''}): {fix}")
+    return out
