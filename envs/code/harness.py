@@ -1,15 +1,14 @@
 """The program that runs INSIDE the sandbox to grade code; stdlib only, started as `python -I`.
 
-Stdin holds a marshal-encoded spec (from the trusted parent) with `mode` and a per-run `nonce`;
-the test inputs are in a data file beside the program (`inputs_file`), read one test at a time so
-this process never holds them all:
-- `call`: import `prog.py` once, call `fn_name` on each test's arguments (one marshal frame of the
-  data file per call) with a per-call deadline and print each result as strict tagged JSON (plain
-  types only, checked with `type(x) is int` captured before the candidate runs). The PARENT
-  compares; expected values are never sent here.
-- `stdio`: run `python -I prog.py` once per test (own session, deadline), stdin from a copy of
-  that test's span of the data file, stdout to a capped file; report the output, the parent
-  compares.
+Stdin holds a marshal-encoded spec (from the trusted parent) with `mode` and a per-run `nonce`,
+then the `n` tests' inputs, one marshal frame each, read one test at a time so this process never
+holds them all:
+- `call`: import `prog.py` once, call `fn_name` on each test's arguments (one frame per call)
+  with a per-call deadline and print each result as strict tagged JSON (plain types only, checked
+  with `type(x) is int` captured before the candidate runs). The PARENT compares; expected values
+  are never sent here.
+- `stdio`: run `python -I prog.py` once per test (own session, deadline), stdin from a file
+  holding that test's input, stdout to a capped file; report the output, the parent compares.
 - `check`: HumanEval asserts that could not be turned into call tests. This process (trusted,
   non-dumpable) runs `check` and relays every `candidate(...)` call to a second process (`serve`
   mode) holding the candidate, so the candidate never shares a process with the expected values.
@@ -165,20 +164,20 @@ def _candidate_fn(spec):
         return None, _failure("import", e)
 
 
-def run_call(spec, chan):
+def run_call(spec, chan, tests):
     _signal.signal(_signal.SIGALRM, _on_alarm)
     if spec.get("int_digits"):
         sys.set_int_max_str_digits(spec["int_digits"])
-    with open(spec["inputs_file"], "rb") as calls:  # opened before the candidate runs
-        fn, err = _candidate_fn(spec)
-        for i in range(spec["n"]):
-            call = _load(calls)
-            if fn is None:
-                fields, value = err, None
-            else:
-                fields, value = timed_call(fn, call["args"], call.get("kwargs", {}),
-                                           spec["timeout_s"])
-            chan.emit(record(dict(fields, i=i), value))
+    fn, err = _candidate_fn(spec)
+    for i in range(spec["n"]):
+        call = _load(tests)
+        if fn is None:
+            fields, value = err, None
+        else:
+            fields, value = timed_call(fn, call["args"], call.get("kwargs", {}),
+                                       spec["timeout_s"])
+        del call  # only the candidate may keep this test's arguments
+        chan.emit(record(dict(fields, i=i), value))
 
 
 def run_serve(spec, chan, requests):
@@ -217,19 +216,6 @@ def _wait(pid, timeout_s):
     return None
 
 
-def copy_span(src_fd, start, length, dest):
-    """Write bytes [start, start + length) of src_fd to the file `dest`, in the kernel."""
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        while length > 0:
-            sent = os.sendfile(fd, src_fd, start, min(length, 1 << 24))
-            if sent <= 0:
-                raise OSError("the inputs file ended early")
-            start, length = start + sent, length - sent
-    finally:
-        os.close(fd)
-
-
 def run_stdio_test(i, argv, timeout_s, out_cap):
     """Run the program on `.in` (this test's input) -> the test's record."""
     fds = [os.open(".in", os.O_RDONLY)]
@@ -263,18 +249,15 @@ def run_stdio_test(i, argv, timeout_s, out_cap):
                    "stderr": err.decode("utf-8", "replace")})
 
 
-def run_stdio(spec, chan):
+def run_stdio(spec, chan, tests):
     _make_undumpable()
     digits = spec.get("int_digits")
     argv = [sys.executable, "-I", *(["-X", f"int_max_str_digits={digits}"] if digits else []),
             "prog.py"]
-    src = os.open(spec["inputs_file"], os.O_RDONLY)
-    try:
-        for i, (start, length) in enumerate(spec["spans"]):
-            copy_span(src, start, length, ".in")
-            chan.emit(run_stdio_test(i, argv, spec["timeout_s"], spec["out_cap"]))
-    finally:
-        os.close(src)
+    for i in range(spec["n"]):
+        with open(".in", "wb") as fh:
+            fh.write(_load(tests))  # this test's input only; dropped before the program runs
+        chan.emit(run_stdio_test(i, argv, spec["timeout_s"], spec["out_cap"]))
 
 
 class Candidate:
@@ -330,7 +313,7 @@ def decode(x):
     return x
 
 
-def run_check(spec, chan):
+def run_check(spec, chan, tests):
     """Run the dataset's `check(candidate)` here, with the candidate in another process."""
     import subprocess
     import traceback
@@ -376,7 +359,7 @@ def main():
     if spec["mode"] == "serve":
         run_serve(spec, chan, stdin)
     else:
-        modes[spec["mode"]](spec, chan)
+        modes[spec["mode"]](spec, chan, stdin)
     _exit(0)  # do not wait for threads the candidate may have left running
 
 

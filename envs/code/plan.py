@@ -1,11 +1,11 @@
 """Test formats -> what the in-sandbox harness runs, and how each of its records is judged.
 
 `plan_tests` validates `stdio`, `call` and `assert` tests (one-line `TestFormatError` otherwise)
-and returns a `Plan`: the harness spec, the test inputs as one data file (the harness hands them
-to the program one test at a time, so it never holds them all), and a judge comparing one harness
-record with the expected value under the problem's comparison rule (envs/code/rules.py). Expected
-values stay in this process; comparison is on plain values decoded from strict tagged JSON, so no
-object from the candidate's process ever reaches `==` here.
+and returns a `Plan`: the harness spec, the test inputs as marshal frames that follow it on the
+harness's stdin (read one test at a time, so the harness never holds them all), and a judge
+comparing one harness record with the expected value under the problem's comparison rule
+(envs/code/rules.py). Expected values stay in this process; comparison is on plain values decoded
+from strict tagged JSON, so no object from the candidate's process ever reaches `==` here.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import marshal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from types import MappingProxyType
 from typing import Any
 
 from scalerl.envs.base import truncate
@@ -27,8 +26,6 @@ __all__ = ["COMPARATORS", "Plan", "TestFormatError", "as_json", "plan_tests", "s
 TEST_TYPES = ("stdio", "call", "assert")
 STDOUT_CAP = 4 << 20
 """Bytes of a stdio program's output kept per test; more fails that test (`output_limit`)."""
-INPUTS_FILE = "tests.in"
-"""The data file beside the program: stdio inputs back to back, or one marshal frame per call."""
 
 Judge = Callable[[int, Mapping[str, Any]], tuple[str, str]]
 
@@ -43,14 +40,12 @@ class Plan:
     """judge(test index, harness record) -> (pass | wrong | timeout | error, detail)."""
     rule: Rule = field(default_factory=lambda: get_rule("tokens"))
     """The comparison rule the judge applies (its run limits apply to the run)."""
-    files: Mapping[str, bytes] = field(default_factory=lambda: MappingProxyType({}))
-    """Data files the harness reads in the sandbox (the test inputs), by name."""
+    frames: bytes = b""
+    """The tests' inputs, one marshal frame per test, sent on stdin after the spec."""
+    largest_input: int = 0
+    """Bytes of the largest test input (the harness holds one at a time)."""
     expected_bytes: int = 0
     """Size of the expected results, to size the run's output allowance."""
-
-    @property
-    def data_bytes(self) -> int:
-        return sum(len(v) for v in self.files.values())
 
 
 # --- comparison (the parent side; values are plain, decoded from strict JSON) ------------------
@@ -130,10 +125,6 @@ def _plan_stdio(tests: Mapping[str, Any], timeout_s: float, float_tol: float | N
     inputs, outputs = _pairs(tests)
     data = [_text(x, "input").encode("utf-8", "replace") for x in inputs]
     outputs = [_text(x, "output") for x in outputs]
-    spans, at = [], 0
-    for chunk in data:
-        spans.append([at, len(chunk)])
-        at += len(chunk)
 
     def judge(i: int, rec: Mapping[str, Any]) -> tuple[str, str]:
         status, out = rec.get("status"), rec.get("stdout")
@@ -148,10 +139,10 @@ def _plan_stdio(tests: Mapping[str, Any], timeout_s: float, float_tol: float | N
             return "pass", ""
         return "wrong", f"expected {truncate(outputs[i], 80)!r}, got {truncate(out, 80)!r}"
 
-    spec = {"mode": "stdio", "inputs_file": INPUTS_FILE, "spans": spans, "timeout_s": timeout_s,
-            "out_cap": STDOUT_CAP, "int_digits": rule.int_max_str_digits}
-    return Plan(spec, len(inputs), judge, rule, {INPUTS_FILE: b"".join(data)},
-                sum(map(len, outputs)))
+    spec = {"mode": "stdio", "n": len(data), "timeout_s": timeout_s, "out_cap": STDOUT_CAP,
+            "int_digits": rule.int_max_str_digits}
+    return Plan(spec, len(inputs), judge, rule, b"".join(marshal.dumps(d) for d in data),
+                max(map(len, data)), sum(map(len, outputs)))
 
 
 def _plan_call(tests: Mapping[str, Any], timeout_s: float, float_tol: float | None,
@@ -182,14 +173,15 @@ def _plan_call(tests: Mapping[str, Any], timeout_s: float, float_tol: float | No
 
 def _call_plan(fn_name: str, prelude: str, timeout_s: float, calls: list[tuple[list, dict]],
                judge: Judge, rule: Rule, expected_bytes: int) -> Plan:
-    """A `call` plan: the calls as marshal frames in the data file, read one at a time."""
+    """A `call` plan: one marshal frame per call, read one at a time."""
     try:
-        data = b"".join(marshal.dumps({"args": list(a), "kwargs": dict(k)}) for a, k in calls)
+        frames = [marshal.dumps({"args": list(a), "kwargs": dict(k)}) for a, k in calls]
     except ValueError as e:  # a value marshal cannot write (only plain data crosses)
         raise TestFormatError(f"call arguments must be plain data: {e}") from None
     spec = {"mode": "call", "fn_name": fn_name, "timeout_s": timeout_s, "prelude": prelude,
-            "inputs_file": INPUTS_FILE, "n": len(calls), "int_digits": rule.int_max_str_digits}
-    return Plan(spec, len(calls), judge, rule, {INPUTS_FILE: data}, expected_bytes)
+            "n": len(calls), "int_digits": rule.int_max_str_digits}
+    return Plan(spec, len(calls), judge, rule, b"".join(frames), max(map(len, frames)),
+                expected_bytes)
 
 
 def _size(values: list) -> int:

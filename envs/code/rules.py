@@ -106,8 +106,9 @@ def within(actual: Decimal, expected: Decimal, tol: float) -> bool:
     """math.isclose's rule (relative or absolute, both `tol`), computed exactly; 0: equality."""
     if tol == 0:
         return actual == expected
-    bound = _EXACT.multiply(Decimal(tol), max(abs(actual), abs(expected)))
-    return abs(_EXACT.subtract(actual, expected)) <= max(bound, Decimal(tol))
+    size = max(_EXACT.abs(actual), _EXACT.abs(expected))
+    bound = max(_EXACT.multiply(Decimal(tol), size), Decimal(tol))
+    return _EXACT.abs(_EXACT.subtract(actual, expected)) <= bound
 
 
 # --- tokens: the verifier's own rule ------------------------------------------------------------
@@ -202,7 +203,9 @@ def _lcb_wall(n_tests: int, per_test_s: float) -> float:
 def taco_stdio(actual: str, expected: str, float_tol: float | None = None) -> bool:
     """The TACO checker's line rule (`stripped_string_compare`): blank lines dropped, lines
     stripped, the same number of lines and of tokens per line, each token equal as text or as a
-    number (`taco_numbers_equal`)."""
+    number (`taco_numbers_equal`). The output's line ends are read as `subprocess.run(text=True)`
+    reads them (`\\r\\n` and `\\r` end a line)."""
+    actual = actual.replace("\r\n", "\n").replace("\r", "\n")
     a_lines, e_lines = _nonblank_lines(actual), _nonblank_lines(expected)
     if len(a_lines) != len(e_lines):
         return False

@@ -93,9 +93,9 @@ def default_limits(n_tests: int, test_timeout_s: float, sandbox: SandboxConfig, 
     """The whole run's limits. Wall and CPU: the rule's own global limit when it has one (e.g.
     LiveCodeBench's (timeout + 1) * tests + 5 s), else start-up plus every test's deadline capped
     at the sandbox settings' `max_run_s`. Memory: the settings' `memory_mb` for the program, plus
-    room for the test data the sandbox holds (`data_bytes`: the inputs file and one test's copy,
-    rounded up to a power of two MiB so warm workers are shared). Output: room for every
-    expected result besides the usual 16 MiB."""
+    room for the test data the harness holds (`data_bytes`: one test's input, read and written as
+    the program's stdin file), rounded up to a power of two MiB so warm workers are shared.
+    Output: room for every expected result besides the usual 16 MiB."""
     if rule is not None and rule.run_wall_s is not None:
         wall = rule.run_wall_s(n_tests, test_timeout_s)
     else:
@@ -105,11 +105,11 @@ def default_limits(n_tests: int, test_timeout_s: float, sandbox: SandboxConfig, 
 
 
 def data_mb(data_bytes: int) -> int:
-    """MiB of memory the sandbox's copy of the test data takes: 0 under 1 MiB, else the next
-    power of two of twice the data (the file, plus the harness's copy of its largest test)."""
+    """MiB of memory for `data_bytes` of test data in the sandbox: 0 under 1 MiB, else the next
+    power of two MiB."""
     if data_bytes < 1 << 20:
         return 0
-    return 1 << ((2 * data_bytes - 1).bit_length() - 20)
+    return 1 << max(0, (data_bytes - 1).bit_length() - 20)
 
 
 def parse_records(stdout: bytes, nonce: str, n_tests: int) -> tuple[dict[int, dict], set[int]]:
@@ -207,12 +207,12 @@ def score_code(
     except TestFormatError as e:
         return Score("error", f"tests: {e}")
     nonce = secrets.token_hex(16)
-    stdin = marshal.dumps(dict(plan.spec, nonce=nonce))  # trusted direction: parent -> harness
-    files = {**plan.files, "harness.py": _harness_source(),
-             "prog.py": code.encode("utf-8", "replace")}
+    # trusted direction: parent -> harness; the spec, then the tests' inputs one frame each
+    stdin = marshal.dumps(dict(plan.spec, nonce=nonce)) + plan.frames
+    files = {"harness.py": _harness_source(), "prog.py": code.encode("utf-8", "replace")}
     run_limits = limits or default_limits(
         plan.n_tests, plan.spec["timeout_s"], sandbox, rule=plan.rule,
-        data_bytes=plan.data_bytes, expected_bytes=plan.expected_bytes)
+        data_bytes=2 * plan.largest_input, expected_bytes=plan.expected_bytes)
     try:
         res = _backend(sandbox).run(["python", "harness.py"], stdin=stdin, files=files,
                                     limits=run_limits)
