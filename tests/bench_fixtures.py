@@ -1,7 +1,12 @@
 """Small local copies of the built-in benchmarks, each in its hub dataset's own schema.
 
-`write_all(dir)` writes one file (or `save_to_disk` directory) per benchmark, 5-8 rows each, with
-gold solutions, and returns {task name: path} for `--data NAME=PATH`. LiveCodeBench's private
+`write_all(dir)` writes one file (or `save_to_disk` directory) per benchmark, 5-9 rows each, with
+gold solutions, and returns {task name: path} for `--data NAME=PATH`. The code training and
+benchmark rows carry the awkward cases of the real ones (DeepCoder: every config's layout,
+PrimeIntellect's wrapped function_call results and fenced solutions, TACO's fn_name rows;
+LiveCodeBench: 10^18-sized answers, a functional row, an order-sensitive multi-line answer) and
+near-miss programs (`near_misses`: off by one on big numbers, a float where an integer is due, a
+float rounded, wrong order or case) that must never score correct. LiveCodeBench's private
 tests are stored as the hub stores them: the JSON list, pickled, zlib-compressed, base64-encoded.
 `PLANTED` is a MATH-500 problem that the Polaris copy also holds (a planted overlap), and
 `NEAR_COPY` a Polaris problem sharing a 13-word run with a GSM8K one.
@@ -401,6 +406,22 @@ LCB_NEAR = {  # programs wrong by a small margin: none may score correct
              "class Solution:\n    def product(self, x, y):\n        return int(float(x) * y)"],
     "abc000_z": ["print('Early')"], "abc999_z": ["print('late.')"], "abc998_y": ["print('edg')"],
 }
+
+def gold_program(sample) -> str:
+    """A code sample's reference solution, fenced: the row's own, else the table's."""
+    if sample.meta.get("solution"):
+        return sample.meta["solution"]
+    table = LCB_GOLD if sample.task.startswith("livecodebench") else DEEPCODER_GOLD
+    return f"```python\n{table.get(sample.id) or table[sample.meta['problem']]}\n```"
+
+
+def near_misses(sample) -> list[str]:
+    """The near-miss programs of a LiveCodeBench or DeepCoder sample (not fenced)."""
+    if sample.task.startswith("livecodebench"):
+        return LCB_NEAR[sample.id]
+    (programs,) = [v for k, v in DEEPCODER_NEAR.items() if sample.meta["problem"].startswith(k)]
+    return programs
+
 
 ROWS = {"math500": MATH500, "aime24": AIME24, "aime25": AIME25, "amc23": AMC23, "gsm8k": GSM8K,
         "polaris": POLARIS, "deepscaler": DEEPSCALER, "mbpp": MBPP, "mbpp+": MBPP_PLUS,

@@ -206,8 +206,8 @@ LIVECODEBENCH = register_benchmark(Benchmark(
 
 
 @register_task_prefix("livecodebench", description="LiveCodeBench problems whose contest_date "
-                      "is inside a window, e.g. livecodebench:2024-08..2025-02 (the whole set "
-                      "holds DeepCoder's lcbv5 training problems; hub "
+                      "is inside a window, e.g. livecodebench:2024-08..2025-02; the whole set "
+                      "holds DeepCoder's lcbv5 training problems (hub "
                       f"{LIVECODEBENCH.source.repo})")
 def livecodebench_window(window: str) -> HubTask:
     """`livecodebench:START..END`: the release_v6 problems of that window only."""

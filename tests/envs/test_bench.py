@@ -107,24 +107,10 @@ def test_deepcoder_rows_of_every_config_are_tested_and_prompted_as_they_are_grad
     assert taco_mean.meta["solution"].count("```") == 2
 
 
-def gold_of(sample):
-    if sample.meta.get("solution"):
-        return sample.meta["solution"]
-    table = bf.LCB_GOLD if sample.task.startswith("livecodebench") else bf.DEEPCODER_GOLD
-    return f"```python\n{table.get(sample.id) or table[sample.meta['problem']]}\n```"
-
-
-def near_misses_of(sample):
-    if sample.task.startswith("livecodebench"):
-        return bf.LCB_NEAR[sample.id]
-    (programs,) = [v for k, v in bf.DEEPCODER_NEAR.items() if sample.meta["problem"].startswith(k)]
-    return programs
-
-
 def gold_and_wrong(name, sample):
     if BENCHMARKS[name.split(":")[0]].kind == "math":
         return f"So the answer is \\boxed{{{sample.answer}}}.", "\\boxed{-98765}"
-    return gold_of(sample), WRONG_CODE
+    return bf.gold_program(sample), WRONG_CODE
 
 
 @pytest.mark.parametrize("name", sorted(BENCHMARKS))
@@ -147,7 +133,7 @@ def test_near_misses_are_never_correct(name, copies):
     samples = [s for split in task.splits for s in task.samples(split)]
     tried = 0
     for sample in samples:
-        for program in near_misses_of(sample):
+        for program in bf.near_misses(sample):
             got = task.score(sample, f"```python\n{program}\n```")
             assert got.status == "wrong", (sample.id, program, got.detail)
             tried += 1
