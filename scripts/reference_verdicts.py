@@ -177,11 +177,18 @@ def call_actuals(e: Any) -> list[Any]:
     return out
 
 
+def literal(value: Any) -> str:
+    """repr(value), with a set's elements in a fixed order (string hashes vary by run)."""
+    if isinstance(value, set):
+        return "{" + ", ".join(sorted(map(repr, value))) + "}"
+    return repr(value)
+
+
 def call_corpus() -> list[tuple[Any, Any]]:
     seen, pairs = set(), []
     for e in CALL_EXPECTED:
         for a in call_actuals(e):
-            key = (repr(a), json.dumps(e))
+            key = (literal(a), json.dumps(e))
             if key not in seen:
                 seen.add(key)
                 pairs.append((a, e))
@@ -231,7 +238,7 @@ def main(argv: list[str]) -> int:
     lcb = load_lcb(source(args.lcb_repo, revs["lcb"], LCB_PATH))
     taco = load_taco(source(args.rllm_repo, revs["rllm"], TACO_PATH))
     stdio = [[o, e, lcb_stdio(lcb, o, e), taco_stdio(taco, o, e)] for o, e in stdio_corpus()]
-    call = [[repr(a), json.dumps(e), lcb_call(lcb, a, e), taco_call(taco, a, e)]
+    call = [[literal(a), json.dumps(e), lcb_call(lcb, a, e), taco_call(taco, a, e)]
             for a, e in call_corpus()]
     doc = {"about": "verdicts of LiveCodeBench's and DeepCoder's TACO checkers, made by "
                     "scripts/reference_verdicts.py",
