@@ -52,8 +52,6 @@ class Rule:
     declared tolerance (None: none declared), used by `tokens` only."""
     call: Callable[[Any, Any, float | None], bool]
     """call(returned value, expected value, float_tol) -> equal."""
-    summary: str
-    """One line for the docs and errors."""
     run_wall_s: Callable[[int, float], float] | None = None
     """(tests, per-test seconds) -> the whole run's wall limit as the reference harness sets it;
     None: the verifier's own (start-up plus every deadline, capped by the sandbox settings)."""
@@ -252,10 +250,12 @@ def taco_call(actual: Any, expected: Any, float_tol: float | None = None) -> boo
 
 
 def _int_keyed(value: Any) -> Any:
-    """TACO's `process_input_output` on an expected value: a dict, or a list whose first element
-    is a dict, with keys that all read as integers, becomes [that dict with integer keys]."""
+    """TACO's `process_input_output` on an expected value: a dict, or a one-element list of a
+    dict, with keys that all read as integers, becomes [that dict with integer keys] (TACO also
+    cuts a longer list of dicts to its first; not here)."""
     first = value if isinstance(value, dict) else (
-        value[0] if isinstance(value, list) and value and isinstance(value[0], dict) else None)
+        value[0] if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict)
+        else None)
     if first is None:
         return value
     try:
@@ -275,11 +275,7 @@ def taco_args(args: list) -> list:
     return args
 
 
-register_rule(Rule("tokens", stdio_equal, _tokens_call,
-                   "per line, whitespace tokens, exact (float_tol: numbers within it)"))
-register_rule(Rule("lcb", lcb_stdio, lcb_call,
-                   "LiveCodeBench: stripped lines, then tokens as Decimals; calls by ==",
-                   run_wall_s=_lcb_wall, int_max_str_digits=LCB_INT_DIGITS))
-register_rule(Rule("taco", taco_stdio, taco_call,
-                   "TACO (DeepCoder): non-blank lines, tokens, numbers within isclose; calls by "
-                   "== with the result unwrapped", run_wall_s=_lcb_wall, call_args=taco_args))
+register_rule(Rule("tokens", stdio_equal, _tokens_call))
+register_rule(Rule("lcb", lcb_stdio, lcb_call, run_wall_s=_lcb_wall,
+                   int_max_str_digits=LCB_INT_DIGITS))
+register_rule(Rule("taco", taco_stdio, taco_call, run_wall_s=_lcb_wall, call_args=taco_args))
