@@ -28,7 +28,9 @@ class SandboxConfig:
     memory_mb: int = 512
     """Memory limit of one grading run (a program with all its tests), in MiB."""
     max_run_s: float = 60.0
-    """Wall-clock cap of one grading run (a program with all its tests), in seconds."""
+    """Wall-clock cap of one grading run (a program with all its tests), in seconds; a code
+    comparison rule whose reference harness sets its own global limit (LiveCodeBench's, used by
+    `livecodebench` and `deepcoder`) uses that instead."""
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in KNOWN_BACKENDS:

@@ -1,19 +1,28 @@
 """Small local copies of the built-in benchmarks, each in its hub dataset's own schema.
 
-`write_all(dir)` writes one file (or `save_to_disk` directory) per benchmark, 5-8 rows each, with
-gold solutions, and returns {task name: path} for `--data NAME=PATH`. LiveCodeBench's private
-tests are stored as the hub stores them: the JSON list, pickled, zlib-compressed, base64-encoded.
+`write_all(dir)` writes one file (or `save_to_disk` directory) per benchmark, 5-9 rows each, with
+gold solutions, and returns {task name: path} for `--data NAME=PATH`. The DeepCoder and
+LiveCodeBench rows, with their near-miss programs, are in tests/bench_code_rows.py.
 `PLANTED` is a MATH-500 problem that the Polaris copy also holds (a planted overlap), and
 `NEAR_COPY` a Polaris problem sharing a 13-word run with a GSM8K one.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import pickle
-import zlib
 from pathlib import Path
+
+from bench_code_rows import (  # noqa: F401 - re-exported for the tests
+    DEEPCODER,
+    DEEPCODER_GOLD,
+    DEEPCODER_NEAR,
+    LCB_GOLD,
+    LCB_NEAR,
+    LIVECODEBENCH,
+    encode_private,
+    gold_program,
+    near_misses,
+)
 
 PLANTED = "What is the smallest positive integer $n$ such that $17n \\equiv 1234 \\pmod{7}?$"
 GSM8K_LONG = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many "
@@ -174,74 +183,6 @@ HUMANEVAL_PLUS = [
     _humaneval_plus(4, "fib", "n", "    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, "
                     "a + b\n    return a\n", [[0], [1], [10], [30]], [0, 1, 55, 832040]),
 ]
-
-DEEPCODER = [  # one config's layout each: primeintellect (list), taco (APPS dict), lcbv5 (LCB)
-    {"problem": "Read an integer n and print n * 2.",
-     "tests": json.dumps([{"type": "stdin_stdout", "input": "3\n", "output": "6\n"},
-                          {"type": "stdin_stdout", "input": "-4\n", "output": "-8\n"}]),
-     "starter_code": "", "metadata": json.dumps({"time_limit": "2 seconds"}),
-     "solutions": ["print(int(input()) * 2)"]},
-    {"problem": "Write a function add(a, b) returning a + b.",
-     "tests": json.dumps({"inputs": [[1, 2], [5, 5]], "outputs": [[3], [10]], "fn_name": "add"}),
-     "starter_code": "def add(a, b):\n", "metadata": "{}",
-     "solutions": ["def add(a, b):\n    return a + b"]},
-    {"problem": "Given nums, return their maximum.",
-     "tests": json.dumps([{"input": "[1, 5, 2]", "output": "5", "testtype": "functional"},
-                          {"input": "[-1]", "output": "-1", "testtype": "functional"}]),
-     "starter_code": "class Solution:\n    def maxOf(self, nums: List[int]) -> int:\n",
-     "metadata": json.dumps({"func_name": "maxOf"}),
-     "solutions": ["class Solution:\n    def maxOf(self, nums):\n        return max(nums)"]},
-    {"problem": "Read two integers and print their sum.",
-     "tests": json.dumps([{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}]),
-     "starter_code": "", "metadata": "{}", "solutions": ["print(sum(map(int, input().split())))"]},
-    {"problem": "Print hello.", "tests": json.dumps({"inputs": [""], "outputs": ["hello\n"]}),
-     "starter_code": "", "metadata": "{}", "solutions": ["print('hello')"]},
-]
-
-
-def encode_private(tests: list[dict]) -> str:
-    """LiveCodeBench's storage of private tests: base64(zlib(pickle(json.dumps(tests))))."""
-    return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode("ascii")
-
-
-def _lcb(qid: str, date: str, question: str, public: list, private: list, *,
-         starter: str = "", func: str | None = None, plain_private: bool = False) -> dict:
-    return {"question_title": f"Problem {qid}", "question_content": question,
-            "platform": "leetcode" if func else "atcoder", "question_id": qid,
-            "contest_id": f"c{qid}", "contest_date": date, "starter_code": starter,
-            "difficulty": "easy", "public_test_cases": json.dumps(public),
-            "private_test_cases": json.dumps(private) if plain_private else encode_private(private),
-            "metadata": json.dumps({"func_name": func} if func else {})}
-
-
-def _io(pairs: list[tuple[str, str]], kind: str = "stdin") -> list[dict]:
-    return [{"input": i, "output": o, "testtype": kind} for i, o in pairs]
-
-
-LIVECODEBENCH = [
-    _lcb("abc001_a", "2024-09-01T00:00:00", "Read N and print N squared.",
-         _io([("3\n", "9\n")]), _io([("12\n", "144\n"), ("0\n", "0\n")])),
-    _lcb("abc002_b", "2024-12-15T00:00:00", "Read A and B and print A / B.",
-         _io([("1 2\n", "0.5\n")]), _io([("4 2\n", "2.0\n"), ("9 3\n", "3\n")])),
-    _lcb("3001", "2025-02-20T00:00:00", "Return the sum of nums.",
-         _io([("[1, 2, 3]", "6")], "functional"), _io([("[]", "0"), ("[-5, 5]", "0")],
-                                                       "functional"),
-         starter="class Solution:\n    def sumOf(self, nums: List[int]) -> int:\n        ",
-         func="sumOf"),
-    _lcb("3002", "2025-01-05T00:00:00", "Return x times y.",
-         _io([("2\n3", "6")], "functional"), _io([("0\n7", "0")], "functional"),
-         starter="class Solution:\n    def product(self, x: int, y: int) -> int:\n        ",
-         func="product", plain_private=True),
-    _lcb("abc000_z", "2024-07-30T00:00:00", "Print the word early.",  # before the window
-         _io([("", "early\n")]), _io([("", "early\n")])),
-    _lcb("abc999_z", "2025-03-02T00:00:00", "Print the word late.",  # after the window
-         _io([("", "late\n")]), _io([("", "late\n")])),
-]
-LCB_GOLD = {"abc001_a": "n = int(input())\nprint(n * n)",
-            "abc002_b": "a, b = map(int, input().split())\nprint(a / b)",
-            "3001": "class Solution:\n    def sumOf(self, nums: List[int]) -> int:\n"
-                    "        return sum(nums)",
-            "3002": "class Solution:\n    def product(self, x, y):\n        return x * y"}
 
 ROWS = {"math500": MATH500, "aime24": AIME24, "aime25": AIME25, "amc23": AMC23, "gsm8k": GSM8K,
         "polaris": POLARIS, "deepscaler": DEEPSCALER, "mbpp": MBPP, "mbpp+": MBPP_PLUS,

@@ -4,16 +4,18 @@ MBPP (`full` config, test split) is prompted as in its paper (the problem, then 
 pass these tests:" and its `test_list`) and graded by those asserts; MBPP+ and HumanEval+ by
 EvalPlus's extra tests, made numpy-free (envs/bench/evalplus.py). DeepCoder's rows (the train
 splits of its primeintellect, taco and lcbv5 configs) carry `tests` as a JSON string in the
-APPS/TACO or LiveCodeBench layout, read by the `code` kind's reader (envs/code/files.py), with
-the function name from `metadata` when a functional test lacks one and the time limit from
-`metadata` when given. Every test runs in the sandbox (envs/code/verifier.py); nothing here runs
-code.
+PrimeIntellect, APPS/TACO or LiveCodeBench layout, read by the `code` kind's reader
+(envs/code/files.py), with the function name from `metadata` when a functional test lacks one;
+each row is graded as DeepCoder's reward grades its config (rllm/rewards/code_reward.py): lcbv5
+rows by LiveCodeBench's rules (6 s a test), taco and primeintellect rows by the TACO checker's
+(12 s a test), every program after the reward's imports. A problem graded by function calls is
+prompted to write that function. Every test runs in the sandbox (envs/code/verifier.py);
+nothing here runs code.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -34,9 +36,32 @@ STDIN_FORMAT = ("Read the input from standard input, solve the problem and write
                 "to standard output. Give the complete program in one ```python block.")
 STARTER_FORMAT = ("Complete the following starter code and give the whole solution in one "
                   "```python block:\n\n```python\n{starter}\n```")
+CALL_FORMAT = ("Write a Python function `{fn_name}` that solves the problem: it is called with "
+               "each test's arguments and must return the answer (it does not read standard "
+               "input). Give it, with its imports, in one ```python block.")
+DEEPCODER_IMPORTS = (
+    "from itertools import accumulate, chain, combinations, count, permutations, product, "
+    "groupby, islice, repeat, zip_longest, cycle, pairwise\n"
+    "from copy import deepcopy\nfrom string import ascii_lowercase, ascii_uppercase\n"
+    "from math import floor, log2, log10, sqrt, comb, gcd, ceil, inf, isqrt, factorial, atan2, "
+    "pi, log, prod\n"
+    "from collections import defaultdict, deque, Counter, OrderedDict\n"
+    "from bisect import bisect, bisect_left, bisect_right, insort\n"
+    "from heapq import heappush, heappop, heapify, merge, nlargest, nsmallest, heapreplace\n"
+    "from functools import reduce, cache, lru_cache, cmp_to_key, partial\n"
+    "from random import randrange, shuffle\nfrom operator import itemgetter, sub, xor, or_, iand\n"
+    "from re import search as re_search\nfrom os.path import commonprefix\n"
+    "from typing import List, Tuple, Dict, Set, Optional, Union, Any, Callable, Iterable, "
+    "Iterator, Generator, Deque\n"
+    "import copy, string, math, collections, bisect, heapq, functools, random, itertools, "
+    "operator, re, datetime, sys, io, os\nfrom time import time\n")
+"""What DeepCoder's reward puts before every program (rllm's `BASE_IMPORTS`), less numpy and
+pandas, which the sandbox's Python does not have."""
+DEEPCODER_TIMEOUT_S = MappingProxyType({"taco": 12.0, "lcb": 6.0})
+"""Seconds per test by comparison rule: the reward's TACO runs (`timeout_per_test=12`) and its
+LiveCodeBench runs (`timeout=6`)."""
 PLUS_OPTIONS = MappingProxyType({"test_timeout_s": 20.0})
 """EvalPlus runs hundreds of inputs in one `check`: one deadline for each candidate call."""
-_SECONDS = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|milliseconds?|s|sec|seconds?)?\s*$", re.I)
 
 
 def fenced(code: str) -> str:
@@ -92,24 +117,15 @@ def metadata_of(row: Mapping[str, Any]) -> dict[str, Any]:
     return dict(meta) if isinstance(meta, Mapping) else {}
 
 
-def time_limit_s(meta: Mapping[str, Any]) -> float | None:
-    """A problem's time limit in seconds from its metadata (`time_limit`: 2, "2 seconds",
-    "1000 ms"), or None when it gives none."""
-    value = meta.get("time_limit", meta.get("time_limit_s"))
-    if isinstance(value, bool) or value in (None, ""):
-        return None
-    if isinstance(value, int | float):
-        return float(value) if value > 0 else None
-    match = _SECONDS.match(str(value))
-    if not match:
-        return None
-    seconds = float(match.group(1)) / (1000.0 if (match.group(2) or "s").lower().startswith(
-        "m") else 1.0)
-    return seconds if seconds > 0 else None
-
-
-def code_prompt(question: str, starter: str) -> str:
-    fmt = STARTER_FORMAT.format(starter=starter.rstrip()) if starter.strip() else STDIN_FORMAT
+def code_prompt(question: str, starter: str, tests: Mapping[str, Any] | None = None) -> str:
+    """The problem, then what to write: complete the starter code when there is one, else the
+    function the call tests call, else a program reading standard input."""
+    if starter.strip():
+        fmt = STARTER_FORMAT.format(starter=starter.rstrip())
+    elif tests is not None and tests.get("type") == "call":
+        fmt = CALL_FORMAT.format(fn_name=tests["fn_name"])
+    else:
+        fmt = STDIN_FORMAT
     return f"{question.strip()}\n\n{fmt}"
 
 
@@ -124,31 +140,53 @@ def with_fn_name(tests: Any, meta: Mapping[str, Any]) -> Any:
     return tests
 
 
-def bench_tests(raw: Any, meta: Mapping[str, Any], column: str,
-                prelude: str | None = None) -> dict[str, Any]:
+def bench_tests(raw: Any, meta: Mapping[str, Any], column: str, *, prelude: str | None = None,
+                compare: str | None = None, timeout_s: float | None = None) -> dict[str, Any]:
     """The verifier's tests of a benchmark row: `raw` as envs/code/files.py reads it, with the
     metadata's function name for functional tests that give none, `prelude` (code run before
-    the candidate's) and the metadata's time limit."""
+    the candidate's), the comparison rule `compare` and the per-test time limit `timeout_s`
+    (None: the task's)."""
     tests = read_code_tests(with_fn_name(raw, meta), column)
     if prelude is not None:
         tests["prelude"] = prelude
-    limit = time_limit_s(meta)
-    if limit is not None:
-        tests["timeout_s"] = limit
+    if compare is not None:
+        tests["compare"] = compare
+    if timeout_s is not None:
+        tests["timeout_s"] = timeout_s
     return tests
+
+
+def deepcoder_compare(raw: Any) -> str:
+    """The rule DeepCoder's reward grades a row by, told by its tests' layout: lcbv5 rows (tests
+    with a LiveCodeBench `testtype`) by LiveCodeBench's, taco rows (an {inputs, outputs} dict)
+    and primeintellect rows (tests with a `type`) by the TACO checker's."""
+    lcb = isinstance(raw, list) and bool(raw) and all(
+        isinstance(t, dict) and "testtype" in t for t in raw)
+    return "lcb" if lcb else "taco"
+
+
+def as_fenced(solution: str) -> str:
+    """A reference solution as one fenced block (PrimeIntellect's already are)."""
+    text = solution.strip()
+    return text if text.startswith("```") else fenced(text)
 
 
 def deepcoder_row(row: Mapping[str, Any], task: str) -> Sample:
     problem = text_of(row, "problem", "question")
     meta = metadata_of(row)
     raw = row.get("tests")
-    tests = bench_tests(json.loads(raw) if isinstance(raw, str) else raw, meta, "tests")
+    raw = json.loads(raw) if isinstance(raw, str) else raw
+    compare = deepcoder_compare(raw)
+    tests = bench_tests(raw, meta, "tests", prelude=DEEPCODER_IMPORTS, compare=compare,
+                        timeout_s=DEEPCODER_TIMEOUT_S[compare])
     solutions = row.get("solutions") or []
+    if isinstance(solutions, str):  # some copies store the list as JSON text
+        solutions = json.loads(solutions)
     first = solutions[0] if solutions and isinstance(solutions[0], str) else None
-    extra = {"solution": fenced(first)} if first else {}
+    extra = {"solution": as_fenced(first)} if first else {}
     return Sample(id=prompt_key(problem)[:16], task=task,
-                  prompt=code_prompt(problem, str(row.get("starter_code") or "")), tests=tests,
-                  meta={"problem": problem, **extra})
+                  prompt=code_prompt(problem, str(row.get("starter_code") or ""), tests),
+                  tests=tests, meta={"problem": problem, "compare": compare, **extra})
 
 
 MBPP = register_benchmark(Benchmark(
@@ -167,4 +205,5 @@ DEEPCODER = register_benchmark(Benchmark(
     name="deepcoder", kind="code", size=24287, role="train", to_sample=deepcoder_row,
     source=HubSource("agentica-org/DeepCoder-Preview-Dataset",
                      (("primeintellect", "train"), ("taco", "train"), ("lcbv5", "train"))),
-    grading="every test (stdin/stdout or call) passes in the sandbox"))
+    grading="every test passes in the sandbox: lcbv5 rows as LiveCodeBench compares, taco and "
+            "primeintellect rows as DeepCoder's TACO checker does (without its false positives)"))

@@ -5,13 +5,18 @@ The hub copy (`livecodebench/code_generation_lite`) shipped a loading script, wh
 release_v6 = all of them). A row's tests are its public tests (a JSON list of {input, output,
 testtype}) plus its private tests, stored as that JSON list pickled, zlib-compressed and
 base64-encoded: `decode_private` undoes that with an unpickler that builds only plain values
-(str, numbers, lists, dicts) and refuses any class. `stdin` problems become stdio tests compared
-as LiveCodeBench's harness does (per line, whitespace-split, numbers equal by value: `1.0` is
-`1`); `functional` ones call `Solution().<func_name>` (metadata) with one JSON argument per
-input line. Every program starts with the harness's imports (its `import_string`), the time
-limit is the problem's own when its metadata gives one, else the harness's 6 s per test. A
-window `A..B` (months `YYYY-MM` or days `YYYY-MM-DD`, either side open) keeps the problems whose
-`contest_date` falls inside it, the way contamination-free reports cut it. Nothing runs here.
+(str, numbers, lists, dicts) and refuses any class. Grading follows LiveCodeBench's harness
+(lcb_runner/evaluation/testing_util.py, compute_code_generation_metrics.py) through the `lcb`
+comparison rule (envs/code/rules.py): `stdin` output as stripped lines, then tokens as Decimals;
+`functional` tests call `Solution().<func_name>` (metadata) with one JSON argument per input
+line and compare with `==`; its imports before every program, 6 s a test, a global
+(6 + 1) * tests + 5 s, 50,000-digit ints. A window `A..B` (days `YYYY-MM-DD` or months
+`YYYY-MM`, either side open) keeps the problems whose `contest_date` is in it, compared on full
+timestamps as LiveCodeBench's `--start_date/--end_date` are: each end is midnight of its day, a
+month start its first day, a month end its last day. The default `livecodebench` (every window)
+holds, by construction, the LiveCodeBench problems DeepCoder's lcbv5 config trains on (contest
+dates 2023-05 to 2024-07); a DeepCoder-trained model is evaluated on a later window, e.g.
+`livecodebench:2024-08-01..2025-02-01`, DeepCoder's own. Nothing runs here.
 """
 
 from __future__ import annotations
@@ -50,8 +55,8 @@ IMPORTS = ("from string import *\nfrom re import *\nfrom datetime import *\n"
            "import math\nimport random\nimport statistics\nimport itertools\nimport functools\n"
            "import operator\nimport io\nimport sys\nimport json\nsys.setrecursionlimit(50000)\n")
 """What LiveCodeBench's harness puts before every program (its `import_string`)."""
-OPTIONS = MappingProxyType({"test_timeout_s": 6.0, "float_outputs": True, "float_tol": 0.0})
-"""The harness's 6 s per test; numbers compared by value with no tolerance (its Decimal rule)."""
+OPTIONS = MappingProxyType({"test_timeout_s": 6.0, "compare": "lcb"})
+"""The harness's 6 s per test (it ignores a problem's stated limit) and its comparison rule."""
 MAX_PRIVATE_BYTES = 1 << 30
 """A private-test blob that inflates past this is refused (a zlib bomb, not a problem)."""
 _WINDOW_END = re.compile(r"^(\d{4})-(\d{2})(?:-(\d{2}))?$")
@@ -109,23 +114,31 @@ def decode_private(blob: str) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Window:
-    """Contest dates kept: from `start` to `end`, both inclusive (None: open)."""
+    """Contest dates kept: from `start` to `end`, both inclusive, on full timestamps (None:
+    open)."""
 
-    start: dt.date | None
-    end: dt.date | None
+    start: dt.datetime | None
+    end: dt.datetime | None
 
     def __post_init__(self) -> None:
         if self.start and self.end and self.start > self.end:
-            raise ValueError(f"window starts {self.start} after it ends {self.end}")
+            raise ValueError(f"window starts {_show(self.start)} after it ends {_show(self.end)}")
 
-    def __contains__(self, day: dt.date) -> bool:
-        return (self.start is None or day >= self.start) and (self.end is None or day <= self.end)
+    def __contains__(self, when: dt.datetime) -> bool:
+        return (self.start is None or self.start <= when) and (self.end is None
+                                                               or when <= self.end)
 
     def describe(self) -> str:
-        return f"contest_date {self.start or '...'} to {self.end or '...'}"
+        ends = (_show(self.start) if self.start else "...", _show(self.end) if self.end else "...")
+        return f"contest_date {ends[0]} to {ends[1]}"
 
 
-def _day(text: str, *, end: bool) -> dt.date | None:
+def _show(when: dt.datetime) -> str:
+    return when.date().isoformat() if when.time() == dt.time() else when.isoformat()
+
+
+def _end(text: str, *, end: bool) -> dt.datetime | None:
+    """Midnight of the day `text` names (a month: its first day, or its last as an end)."""
     if not text:
         return None
     match = _WINDOW_END.match(text)
@@ -133,34 +146,41 @@ def _day(text: str, *, end: bool) -> dt.date | None:
         raise ValueError(f"{text!r} is not YYYY-MM or YYYY-MM-DD")
     year, month = int(match.group(1)), int(match.group(2))
     if match.group(3):
-        return dt.date(year, month, int(match.group(3)))
-    return dt.date(year, month, calendar.monthrange(year, month)[1] if end else 1)
+        return dt.datetime(year, month, int(match.group(3)))
+    return dt.datetime(year, month, calendar.monthrange(year, month)[1] if end else 1)
 
 
 def parse_window(text: str) -> Window:
-    """`2024-08..2025-02` (whole months), `2024-08-01..2025-02-28`, `2024-08..` (open)."""
+    """`2024-08-01..2025-02-01` (LiveCodeBench's start and end dates), `2024-08..2025-02`
+    (= `2024-08-01..2025-02-28`), `2024-08..` (open)."""
     start, sep, end = text.partition("..")
     try:
         if not sep or not (start or end):
             raise ValueError("expected A..B")
-        return Window(_day(start, end=False), _day(end, end=True))
+        return Window(_end(start, end=False), _end(end, end=True))
     except ValueError as exc:
         raise UnknownTaskError(f"livecodebench window {text!r}: {exc}; write it as START..END "
                                "with YYYY-MM or YYYY-MM-DD ends, e.g. "
                                "livecodebench:2024-08..2025-02") from None
 
 
-def contest_day(row: Mapping[str, Any]) -> dt.date:
+def contest_time(row: Mapping[str, Any]) -> dt.datetime:
+    """A row's `contest_date` as LiveCodeBench reads it (`datetime.fromisoformat`); one with a
+    time zone is taken in UTC."""
     value = row.get("contest_date")
     if isinstance(value, dt.datetime):
-        return value.date()
-    if isinstance(value, dt.date):
-        return value
-    return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).date()
+        when = value
+    elif isinstance(value, dt.date):
+        when = dt.datetime(value.year, value.month, value.day)
+    else:
+        when = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    if when.tzinfo is not None:
+        when = when.astimezone(dt.UTC).replace(tzinfo=None)
+    return when
 
 
 def in_window(window: Window) -> Callable[[Mapping[str, Any]], bool]:
-    return lambda row: contest_day(row) in window
+    return lambda row: contest_time(row) in window
 
 
 def lcb_row(row: Mapping[str, Any], task: str) -> Sample:
@@ -170,23 +190,25 @@ def lcb_row(row: Mapping[str, Any], task: str) -> Sample:
     private = decode_private(row.get("private_test_cases") or "[]")
     tests = bench_tests(public + private, meta, "public_test_cases", prelude=IMPORTS)
     return Sample(id=str(row["question_id"]), task=task,
-                  prompt=code_prompt(question, str(row.get("starter_code") or "")), tests=tests,
+                  prompt=code_prompt(question, str(row.get("starter_code") or ""), tests),
+                  tests=tests,
                   meta={"problem": question, "starter_code": str(row.get("starter_code") or ""),
                         "title": row.get("question_title"),
                         "platform": row.get("platform"), "difficulty": row.get("difficulty"),
-                        "contest_date": str(contest_day(row)), "public_tests": len(public),
+                        "contest_date": contest_time(row).isoformat(), "public_tests": len(public),
                         "private_tests": len(private)})
 
 
 LIVECODEBENCH = register_benchmark(Benchmark(
     name="livecodebench", kind="code", size=1055, to_sample=lcb_row, options=OPTIONS,
     source=HubSource("livecodebench/code_generation_lite", files=RELEASE_FILES),
-    grading="every public + private test passes (stdin/stdout as LiveCodeBench compares, or "
-            "Solution().<func_name>)"))
+    grading="every public + private test passes, compared as LiveCodeBench's harness does "
+            "(stdin: lines, then Decimal tokens; functional: Solution().<func_name> ==)"))
 
 
 @register_task_prefix("livecodebench", description="LiveCodeBench problems whose contest_date "
-                      "is inside a window, e.g. livecodebench:2024-08..2025-02 (hub "
+                      "is inside a window, e.g. livecodebench:2024-08..2025-02; the whole set "
+                      "holds DeepCoder's lcbv5 training problems (hub "
                       f"{LIVECODEBENCH.source.repo})")
 def livecodebench_window(window: str) -> HubTask:
     """`livecodebench:START..END`: the release_v6 problems of that window only."""

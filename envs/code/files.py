@@ -1,7 +1,8 @@
 """The `code` kind's data files: APPS / TACO / DeepCoder / LiveCodeBench rows -> test JSON.
 
 User files in APPS / TACO (`input_output`: inputs, outputs, optional fn_name), DeepCoder and
-LiveCodeBench (`tests` / `public_test_cases`: a list of {input, output, testtype}) formats are
+LiveCodeBench (`tests` / `public_test_cases`: a list of {input, output, testtype}, or
+PrimeIntellect's {type: stdin_stdout | function_call, input, output[, fn_name]}) formats are
 read into the verifier's `stdio` / `call` test JSON (envs/code/verifier.py), or taken as is when
 already in it. The code kind reads file rows with these; a code file task is
 `FileTask(name, "code", data, ...)` (envs/filetask.py). Pure functions: no I/O, nothing runs.
@@ -58,9 +59,12 @@ def _from_test_list(tests: list[dict[str, Any]]) -> dict[str, Any]:
         if len(names) != 1 or None in names:
             raise ValueError("functional tests need one function name (fn_name, func_name or "
                              f"metadata.func_name on each test); found {sorted(map(str, names))}")
-        return {"type": "call", "fn_name": names.pop(),
-                "inputs": [_json_lines(_field(t, "input")) for t in tests],
-                "outputs": [_json_value(_field(t, "output")) for t in tests]}
+        out = {"type": "call", "fn_name": names.pop(),
+               "inputs": [_json_lines(_field(t, "input")) for t in tests],
+               "outputs": [_json_value(_field(t, "output")) for t in tests]}
+        if "function_call" in kinds:  # PrimeIntellect keeps each result wrapped, as TACO does
+            out["unwrap_outputs"] = True
+        return out
     raise ValueError(f"mixed or unknown test types {sorted(kinds)}; expected stdin or functional")
 
 

@@ -1,17 +1,20 @@
 """The program that runs INSIDE the sandbox to grade code; stdlib only, started as `python -I`.
 
-Stdin holds a marshal-encoded spec (from the trusted parent) with `mode` and a per-run `nonce`:
-- `call`: import `prog.py` once, call `fn_name` on each test's arguments with a per-call deadline
-  and print each result as strict tagged JSON (plain types only, checked with `type(x) is int`
-  captured before the candidate runs). The PARENT compares; expected values are never sent here.
-- `stdio`: run `python -I prog.py` once per test (own session, deadline), stdin from the test
-  input, stdout to a capped file; report the output, the parent compares.
+Stdin holds a marshal-encoded spec (from the trusted parent) with `mode` and a per-run `nonce`,
+then the `n` tests' inputs, one marshal frame each, read one test at a time so this process never
+holds them all:
+- `call`: import `prog.py` once, call `fn_name` on each test's arguments (one frame per call)
+  with a per-call deadline and print each result as strict tagged JSON (plain types only, checked
+  with `type(x) is int` captured before the candidate runs). The PARENT compares; expected values
+  are never sent here.
+- `stdio`: run `python -I prog.py` once per test (own session, deadline), stdin from a file
+  holding that test's input, stdout to a capped file; report the output, the parent compares.
 - `check`: HumanEval asserts that could not be turned into call tests. This process (trusted,
   non-dumpable) runs `check` and relays every `candidate(...)` call to a second process (`serve`
   mode) holding the candidate, so the candidate never shares a process with the expected values.
-Result lines are `<nonce> <json>` on a private copy of fd 1 (the candidate's fd 1 goes to
-stderr). Only builtin modules load on the `call` path (no json/re/subprocess): start-up is most
-of a grading run's cost.
+A spec's `int_digits` sets the candidate's int <-> str digit limit. Result lines are `<nonce>
+<json>` on a private copy of fd 1 (the candidate's fd 1 goes to stderr). Only builtin modules load
+on the `call` path (no json/re/subprocess): start-up is most of a grading run's cost.
 """
 
 import _signal
@@ -25,6 +28,7 @@ import time
 _type, _len, _repr, _str, _isfinite = type, len, repr, str, math.isfinite
 _write, _exit, _monotonic = os.write, os._exit, time.monotonic
 _setitimer, _BaseException, _ValueError = _signal.setitimer, BaseException, ValueError
+_load = marshal.load
 MAX_DEPTH = 100
 _ESCAPES = {i: f"\\u{i:04x}" for i in range(32)}
 _ESCAPES.update({ord('"'): '\\"', ord("\\"): "\\\\"})
@@ -160,15 +164,19 @@ def _candidate_fn(spec):
         return None, _failure("import", e)
 
 
-def run_call(spec, chan):
+def run_call(spec, chan, tests):
     _signal.signal(_signal.SIGALRM, _on_alarm)
+    if spec.get("int_digits"):
+        sys.set_int_max_str_digits(spec["int_digits"])
     fn, err = _candidate_fn(spec)
-    for i, call in enumerate(spec["calls"]):
+    for i in range(spec["n"]):
+        call = _load(tests)
         if fn is None:
             fields, value = err, None
         else:
             fields, value = timed_call(fn, call["args"], call.get("kwargs", {}),
                                        spec["timeout_s"])
+        del call  # only the candidate may keep this test's arguments
         chan.emit(record(dict(fields, i=i), value))
 
 
@@ -208,13 +216,12 @@ def _wait(pid, timeout_s):
     return None
 
 
-def run_stdio_test(i, data, timeout_s, out_cap):
-    with open(".in", "wb") as fh:
-        fh.write(data.encode("utf-8", "replace"))
+def run_stdio_test(i, argv, timeout_s, out_cap):
+    """Run the program on `.in` (this test's input) -> the test's record."""
     fds = [os.open(".in", os.O_RDONLY)]
     fds += [os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for p in (".out", ".err")]
     start = _monotonic()
-    pid = os.posix_spawn(sys.executable, [sys.executable, "-I", "prog.py"], os.environ,
+    pid = os.posix_spawn(argv[0], argv, os.environ,
                          file_actions=[(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate(fds)],
                          setsid=True)
     for fd in fds:
@@ -242,10 +249,15 @@ def run_stdio_test(i, data, timeout_s, out_cap):
                    "stderr": err.decode("utf-8", "replace")})
 
 
-def run_stdio(spec, chan):
+def run_stdio(spec, chan, tests):
     _make_undumpable()
-    for i, data in enumerate(spec["inputs"]):
-        chan.emit(run_stdio_test(i, data, spec["timeout_s"], spec["out_cap"]))
+    digits = spec.get("int_digits")
+    argv = [sys.executable, "-I", *(["-X", f"int_max_str_digits={digits}"] if digits else []),
+            "prog.py"]
+    for i in range(spec["n"]):
+        with open(".in", "wb") as fh:
+            fh.write(_load(tests))  # this test's input only; dropped before the program runs
+        chan.emit(run_stdio_test(i, argv, spec["timeout_s"], spec["out_cap"]))
 
 
 class Candidate:
@@ -301,7 +313,7 @@ def decode(x):
     return x
 
 
-def run_check(spec, chan):
+def run_check(spec, chan, tests):
     """Run the dataset's `check(candidate)` here, with the candidate in another process."""
     import subprocess
     import traceback
@@ -347,7 +359,7 @@ def main():
     if spec["mode"] == "serve":
         run_serve(spec, chan, stdin)
     else:
-        modes[spec["mode"]](spec, chan)
+        modes[spec["mode"]](spec, chan, stdin)
     _exit(0)  # do not wait for threads the candidate may have left running
 
 

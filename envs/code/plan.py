@@ -1,21 +1,27 @@
 """Test formats -> what the in-sandbox harness runs, and how each of its records is judged.
 
 `plan_tests` validates `stdio`, `call` and `assert` tests (one-line `TestFormatError` otherwise)
-and returns a `Plan`: the harness spec (inputs only: expected values stay in this process) and a
-judge comparing one harness record with the expected value. Comparison is on plain values decoded
+and returns a `Plan`: the harness spec, the test inputs as marshal frames that follow it on the
+harness's stdin (read one test at a time, so the harness never holds them all), and a judge
+comparing one harness record with the expected value under the problem's comparison rule
+(envs/code/rules.py). Expected values stay in this process; comparison is on plain values decoded
 from strict tagged JSON, so no object from the candidate's process ever reaches `==` here.
 """
 
 from __future__ import annotations
 
-import math
+import marshal
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from scalerl.envs.base import truncate
 from scalerl.envs.code.asserts import convert_check
+from scalerl.envs.code.rules import Rule, as_json, get_rule, is_number, stdio_equal, values_equal
+
+__all__ = ["COMPARATORS", "Plan", "TestFormatError", "as_json", "plan_tests", "stdio_equal",
+           "untag", "values_equal"]
 
 TEST_TYPES = ("stdio", "call", "assert")
 STDOUT_CAP = 4 << 20
@@ -32,6 +38,14 @@ class Plan:
     n_tests: int
     judge: Judge
     """judge(test index, harness record) -> (pass | wrong | timeout | error, detail)."""
+    rule: Rule = field(default_factory=lambda: get_rule("tokens"))
+    """The comparison rule the judge applies (its run limits apply to the run)."""
+    frames: bytes = b""
+    """The tests' inputs, one marshal frame per test, sent on stdin after the spec."""
+    largest_input: int = 0
+    """Bytes of the largest test input (the harness holds one at a time)."""
+    expected_bytes: int = 0
+    """Size of the expected results, to size the run's output allowance."""
 
 
 # --- comparison (the parent side; values are plain, decoded from strict JSON) ------------------
@@ -55,68 +69,15 @@ def untag(x: Any) -> Any:
     return x
 
 
-def as_json(x: Any) -> Any:
-    """JSON's view of a value (tuples become lists), for tests whose outputs came from JSON."""
-    if isinstance(x, list | tuple):
-        return [as_json(v) for v in x]
-    if isinstance(x, dict):
-        return {k: as_json(v) for k, v in x.items()}
-    return x
-
-
-def values_equal(actual: Any, expected: Any, float_tol: float | None = None) -> bool:
-    """`==` on plain values; with `float_tol`, numbers compare with math.isclose (abs and rel)."""
-    if float_tol is None:
-        return bool(actual == expected)
-    if _is_number(actual) and _is_number(expected) and (isinstance(actual, float)
-                                                         or isinstance(expected, float)):
-        return math.isclose(actual, expected, rel_tol=float_tol, abs_tol=float_tol)
-    if isinstance(actual, list | tuple) and isinstance(expected, list | tuple):
-        pairs = zip(actual, expected, strict=False)
-        return (type(actual) is type(expected) and len(actual) == len(expected)
-                and all(values_equal(a, e, float_tol) for a, e in pairs))
-    return bool(actual == expected)
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
 COMPARATORS = {
     "eq": lambda a, e, tol: values_equal(a, e),
     "eq_tuple": lambda a, e, tol: isinstance(a, list | tuple | str) and tuple(a) == e,
     "is": lambda a, e, tol: a is e,  # e is True/False/None; decoded JSON keeps their identity
     "truthy": lambda a, e, tol: bool(a),
     "falsy": lambda a, e, tol: not a,
-    "abs_lt": lambda a, e, tol: _is_number(a) and abs(a - e) < tol,
-    "abs_le": lambda a, e, tol: _is_number(a) and abs(a - e) <= tol,
+    "abs_lt": lambda a, e, tol: is_number(a) and abs(a - e) < tol,
+    "abs_le": lambda a, e, tol: is_number(a) and abs(a - e) <= tol,
 }
-
-
-def stdio_equal(actual: str, expected: str, float_tol: float | None = None) -> bool:
-    """Per line, whitespace-tokenised, case-sensitive; trailing blank lines and spaces ignored."""
-    a_lines, e_lines = actual.strip().split("\n"), expected.strip().split("\n")
-    if len(a_lines) != len(e_lines):
-        return False
-    for a_line, e_line in zip(a_lines, e_lines, strict=True):
-        a_tok, e_tok = a_line.split(), e_line.split()
-        if len(a_tok) != len(e_tok):
-            return False
-        pairs = zip(a_tok, e_tok, strict=True)
-        if not all(a == e or _floats_close(a, e, float_tol) for a, e in pairs):
-            return False
-    return True
-
-
-def _floats_close(a: str, e: str, tol: float | None) -> bool:
-    if tol is None:
-        return False
-    try:
-        fa, fe = float(a), float(e)
-    except ValueError:
-        return False
-    return math.isfinite(fa) and math.isfinite(fe) and math.isclose(fa, fe, rel_tol=tol,
-                                                                     abs_tol=tol)
 
 
 # --- planning: test JSON -> harness spec + a judge per record ----------------------------------
@@ -126,14 +87,20 @@ class TestFormatError(ValueError):
     __test__ = False  # not a pytest class
 
 
-def plan_tests(tests: Mapping[str, Any], *, timeout_s: float, float_tol: float | None) -> Plan:
-    """The harness spec for `tests` and the judge that compares each record with the expected."""
+def plan_tests(tests: Mapping[str, Any], *, timeout_s: float, float_tol: float | None,
+               compare: str = "tokens") -> Plan:
+    """The harness spec for `tests` and the judge that compares each record with the expected,
+    under the rule the tests name (`"compare"`), else `compare`."""
     if not isinstance(tests, Mapping):
         raise TestFormatError(f"tests must be a JSON object, got {type(tests).__name__}")
     kind = tests.get("type", "call" if "fn_name" in tests else "stdio")
     if kind not in _PLANNERS:
         raise TestFormatError(f"unknown test type {kind!r}; valid: {', '.join(TEST_TYPES)}")
-    return _PLANNERS[kind](tests, timeout_s, float_tol)
+    try:
+        rule = get_rule(tests.get("compare", compare))
+    except ValueError as e:
+        raise TestFormatError(str(e)) from None
+    return _PLANNERS[kind](tests, timeout_s, float_tol, rule)
 
 
 def _pairs(tests: Mapping[str, Any]) -> tuple[list, list]:
@@ -153,9 +120,10 @@ def _text(x: Any, what: str) -> str:
     return x
 
 
-def _plan_stdio(tests: Mapping[str, Any], timeout_s: float, float_tol: float | None) -> Plan:
+def _plan_stdio(tests: Mapping[str, Any], timeout_s: float, float_tol: float | None,
+                rule: Rule) -> Plan:
     inputs, outputs = _pairs(tests)
-    inputs = [_text(x, "input") for x in inputs]
+    data = [_text(x, "input").encode("utf-8", "replace") for x in inputs]
     outputs = [_text(x, "output") for x in outputs]
 
     def judge(i: int, rec: Mapping[str, Any]) -> tuple[str, str]:
@@ -167,15 +135,18 @@ def _plan_stdio(tests: Mapping[str, Any], timeout_s: float, float_tol: float | N
         if status != "ok" or not isinstance(out, str):
             err = str(rec.get("stderr", ""))[-300:]
             return "wrong", f"exit code {rec.get('exit')}: {err}"
-        if stdio_equal(out, outputs[i], float_tol):
+        if rule.stdio(out, outputs[i], float_tol):
             return "pass", ""
         return "wrong", f"expected {truncate(outputs[i], 80)!r}, got {truncate(out, 80)!r}"
 
-    spec = {"mode": "stdio", "inputs": inputs, "timeout_s": timeout_s, "out_cap": STDOUT_CAP}
-    return Plan(spec, len(inputs), judge)
+    spec = {"mode": "stdio", "n": len(data), "timeout_s": timeout_s, "out_cap": STDOUT_CAP,
+            "int_digits": rule.int_max_str_digits}
+    return Plan(spec, len(inputs), judge, rule, b"".join(marshal.dumps(d) for d in data),
+                max(map(len, data)), sum(map(len, outputs)))
 
 
-def _plan_call(tests: Mapping[str, Any], timeout_s: float, float_tol: float | None) -> Plan:
+def _plan_call(tests: Mapping[str, Any], timeout_s: float, float_tol: float | None,
+               rule: Rule) -> Plan:
     inputs, outputs = _pairs(tests)
     fn_name = tests.get("fn_name")
     if not isinstance(fn_name, str) or not fn_name.isidentifier():
@@ -183,24 +154,42 @@ def _plan_call(tests: Mapping[str, Any], timeout_s: float, float_tol: float | No
     if not all(isinstance(a, list) for a in inputs):
         raise TestFormatError("call test inputs must be argument lists, e.g. [[1, 2], [3, 4]]")
     unwrap = bool(tests.get("unwrap_outputs", False))
+    if rule.call_args is not None:
+        inputs = [rule.call_args(a) for a in inputs]
 
     def judge(i: int, rec: Mapping[str, Any]) -> tuple[str, str]:
         actual, why = _value(rec, timeout_s)
         if why:
             return why
         expected = outputs[i]
-        actual = as_json(actual)
-        ok = values_equal(actual, expected, float_tol) or (
+        ok = rule.call(actual, expected, float_tol) or (
             unwrap and isinstance(expected, list) and len(expected) == 1
-            and values_equal(actual, expected[0], float_tol))
+            and rule.call(actual, expected[0], float_tol))
         return ("pass", "") if ok else ("wrong", _mismatch(inputs[i], expected, actual))
 
-    spec = {"mode": "call", "fn_name": fn_name, "timeout_s": timeout_s,
-            "prelude": str(tests.get("prelude", "")), "calls": [{"args": a} for a in inputs]}
-    return Plan(spec, len(inputs), judge)
+    return _call_plan(fn_name, str(tests.get("prelude", "")), timeout_s,
+                      [(a, {}) for a in inputs], judge, rule, _size(outputs))
 
 
-def _plan_assert(tests: Mapping[str, Any], timeout_s: float, float_tol: float | None) -> Plan:
+def _call_plan(fn_name: str, prelude: str, timeout_s: float, calls: list[tuple[list, dict]],
+               judge: Judge, rule: Rule, expected_bytes: int) -> Plan:
+    """A `call` plan: one marshal frame per call, read one at a time."""
+    try:
+        frames = [marshal.dumps({"args": list(a), "kwargs": dict(k)}) for a, k in calls]
+    except ValueError as e:  # a value marshal cannot write (only plain data crosses)
+        raise TestFormatError(f"call arguments must be plain data: {e}") from None
+    spec = {"mode": "call", "fn_name": fn_name, "timeout_s": timeout_s, "prelude": prelude,
+            "n": len(calls), "int_digits": rule.int_max_str_digits}
+    return Plan(spec, len(calls), judge, rule, b"".join(frames), max(map(len, frames)),
+                expected_bytes)
+
+
+def _size(values: list) -> int:
+    return sum(len(repr(v)) for v in values)
+
+
+def _plan_assert(tests: Mapping[str, Any], timeout_s: float, float_tol: float | None,
+                 rule: Rule) -> Plan:
     test, entry = tests.get("test"), tests.get("entry_point")
     if not isinstance(test, str) or not isinstance(entry, str) or not entry.isidentifier():
         raise TestFormatError("assert tests need `test` (source with check()) and `entry_point`")
@@ -219,10 +208,9 @@ def _plan_assert(tests: Mapping[str, Any], timeout_s: float, float_tol: float | 
         return "wrong", f"line {case.line} ({case.op}): " + _mismatch(case.args, case.expected,
                                                                     actual)
 
-    calls = [{"args": list(c.args), "kwargs": dict(c.kwargs)} for c in cases]
-    spec = {"mode": "call", "fn_name": entry, "timeout_s": timeout_s, "prelude": prelude,
-            "calls": calls}
-    return Plan(spec, len(cases), judge)
+    calls = [(list(c.args), dict(c.kwargs)) for c in cases]
+    return _call_plan(entry, prelude, timeout_s, calls, judge, rule,
+                      _size([c.expected for c in cases]))
 
 
 def _plan_check(test: str, entry: str, prelude: str, timeout_s: float) -> Plan:

@@ -1,7 +1,9 @@
 """The code verifier: extract the program, run it with ALL its tests in one sandbox run, compare
 here. Formats: `stdio`, `call`, `assert` (HumanEval; literal asserts become call tests, the rest
-run in the two-process `check` mode of envs/code/harness.py). Expected values never enter the
-sandbox, except a non-literal `check` source, which stays in a trusted non-dumpable process.
+run in the two-process `check` mode of envs/code/harness.py). A comparison rule (`compare`:
+`tokens`, LiveCodeBench's `lcb`, DeepCoder's `taco`; envs/code/rules.py) decides equality and
+the run's limits. Expected values never enter the sandbox, except a non-literal `check` source,
+which stays in a trusted non-dumpable process.
 Covered: exit-code tricks, BaseExceptions, always-equal objects, builtin subclasses, NaN, patched
 builtins, frame walks, forged or repeated result lines, planted modules. Not covered: programs
 that special-case the test inputs, and wall-clock deadlines that a loaded machine can trip.
@@ -23,6 +25,7 @@ from typing import Any
 from scalerl.envs.base import Score, truncate
 from scalerl.envs.code.files import CODE_COLUMNS, read_code_tests
 from scalerl.envs.code.plan import Plan, TestFormatError, plan_tests
+from scalerl.envs.code.rules import Rule, get_rule
 from scalerl.envs.grading import DEFAULT_GRADING, Grading
 from scalerl.envs.kinds import Kind, register_kind
 from scalerl.sandbox.base import ExecResult, Limits
@@ -84,11 +87,29 @@ def _backend(sandbox: SandboxConfig) -> Any:
     return get_backend(sandbox.backend, sandbox.workers)
 
 
-def default_limits(n_tests: int, test_timeout_s: float, sandbox: SandboxConfig) -> Limits:
-    """Wall and CPU for the whole run: start-up plus every test's deadline, capped at the
-    sandbox settings' `max_run_s`; memory from their `memory_mb`."""
-    wall = min(sandbox.max_run_s, 3.0 + n_tests * test_timeout_s)
-    return Limits(wall_s=wall, cpu_s=wall, memory_mb=sandbox.memory_mb, output_bytes=16 << 20)
+def default_limits(n_tests: int, test_timeout_s: float, sandbox: SandboxConfig, *,
+                   rule: Rule | None = None, data_bytes: int = 0,
+                   expected_bytes: int = 0) -> Limits:
+    """The whole run's limits. Wall and CPU: the rule's own global limit when it has one (e.g.
+    LiveCodeBench's (timeout + 1) * tests + 5 s), else start-up plus every test's deadline capped
+    at the sandbox settings' `max_run_s`. Memory: the settings' `memory_mb` for the program, plus
+    room for the test data the harness holds (`data_bytes`: one test's input, read and written as
+    the program's stdin file), rounded up to a power of two MiB so warm workers are shared.
+    Output: room for every expected result besides the usual 16 MiB."""
+    if rule is not None and rule.run_wall_s is not None:
+        wall = rule.run_wall_s(n_tests, test_timeout_s)
+    else:
+        wall = min(sandbox.max_run_s, 3.0 + n_tests * test_timeout_s)
+    return Limits(wall_s=wall, cpu_s=wall, memory_mb=sandbox.memory_mb + data_mb(data_bytes),
+                  output_bytes=(16 << 20) + 2 * expected_bytes)
+
+
+def data_mb(data_bytes: int) -> int:
+    """MiB of memory for `data_bytes` of test data in the sandbox: 0 under 1 MiB, else the next
+    power of two MiB."""
+    if data_bytes < 1 << 20:
+        return 0
+    return 1 << max(0, (data_bytes - 1).bit_length() - 20)
 
 
 def parse_records(stdout: bytes, nonce: str, n_tests: int) -> tuple[dict[int, dict], set[int]]:
@@ -165,6 +186,7 @@ def score_code(
     float_outputs: bool = False,
     float_tol: float = 1e-6,
     test_timeout_s: float = DEFAULT_TEST_TIMEOUT_S,
+    compare: str = "tokens",
 ) -> Score:
     """Verdict on one completion against its tests, from one sandbox run. Never raises.
 
@@ -173,20 +195,24 @@ def score_code(
     without code; `error` for malformed tests or a sandbox failure; `wrong` otherwise. The detail
     names the first failing test and why. The program runs in the backend `sandbox` names (the
     run's settings); `limits` overrides the whole run's limits (default: `default_limits`);
-    `test_timeout_s` is each test's deadline.
+    `test_timeout_s` is each test's deadline; `compare` names the comparison rule (a test JSON's
+    own `"compare"` wins).
     """
     start = time.monotonic()
     code = extract_code(completion, requires_thinking)
     if code is None:
         return Score("no_answer", "no code found in the completion")
     try:
-        plan, code = _plan(tests, code, float_outputs, float_tol, test_timeout_s)
+        plan, code = _plan(tests, code, float_outputs, float_tol, test_timeout_s, compare)
     except TestFormatError as e:
         return Score("error", f"tests: {e}")
     nonce = secrets.token_hex(16)
-    stdin = marshal.dumps(dict(plan.spec, nonce=nonce))  # trusted direction: parent -> harness
+    # trusted direction: parent -> harness; the spec, then the tests' inputs one frame each
+    stdin = marshal.dumps(dict(plan.spec, nonce=nonce)) + plan.frames
     files = {"harness.py": _harness_source(), "prog.py": code.encode("utf-8", "replace")}
-    run_limits = limits or default_limits(plan.n_tests, plan.spec["timeout_s"], sandbox)
+    run_limits = limits or default_limits(
+        plan.n_tests, plan.spec["timeout_s"], sandbox, rule=plan.rule,
+        data_bytes=2 * plan.largest_input, expected_bytes=plan.expected_bytes)
     try:
         res = _backend(sandbox).run(["python", "harness.py"], stdin=stdin, files=files,
                                     limits=run_limits)
@@ -201,7 +227,7 @@ def score_code(
 
 
 def _plan(tests: Any, code: str, float_outputs: bool, float_tol: float,
-          test_timeout_s: float) -> tuple[Plan, str]:
+          test_timeout_s: float, compare: str) -> tuple[Plan, str]:
     """The plan of `tests` and the program to run. A problem's own `timeout_s` (e.g. its
     statement's time limit) overrides the task's `test_timeout_s`, a `float_outputs` flag turns
     on float comparison, and a stdio problem's `prelude` (e.g. LiveCodeBench's imports) is put
@@ -211,7 +237,8 @@ def _plan(tests: Any, code: str, float_outputs: bool, float_tol: float,
     timeout = own.get("timeout_s", test_timeout_s)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise TestFormatError(f"timeout_s must be a number > 0, got {timeout!r}")
-    plan = plan_tests(tests, timeout_s=float(timeout), float_tol=float_tol if floats else None)
+    plan = plan_tests(tests, timeout_s=float(timeout), float_tol=float_tol if floats else None,
+                      compare=compare)
     if plan.spec["mode"] == "stdio" and own.get("prelude"):
         code = f"{own['prelude']}\n{code}"
     return plan, code
@@ -223,7 +250,7 @@ def _harness_source() -> bytes:
 
 
 CODE_OPTIONS: tuple[str, ...] = ("requires_thinking", "limits", "float_outputs", "float_tol",
-                                 "test_timeout_s")
+                                 "test_timeout_s", "compare")
 """Options a task of the `code` kind may set (task spec `options:`). The sandbox backend is the
 run's `sandbox.backend`, never a task's."""
 
@@ -238,9 +265,15 @@ def _score_sample(sample: Any, completion: str, options: Mapping[str, Any],
 
 
 def _preflight(options: Mapping[str, Any], grading: Grading = DEFAULT_GRADING) -> str | None:
-    """The sandbox backend the run's settings name must work here."""
+    """A known comparison rule, and the sandbox backend the run's settings name must work
+    here."""
     from scalerl.sandbox import backend_problem
 
+    if "compare" in options:
+        try:
+            get_rule(options["compare"])
+        except ValueError as e:
+            return f"code option compare: {e}"
     return backend_problem(grading.sandbox.backend)
 
 

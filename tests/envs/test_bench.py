@@ -17,7 +17,7 @@ import bench_fixtures as bf
 import pytest
 
 from scalerl.envs.bench import BENCHMARKS
-from scalerl.envs.bench.code_sets import time_limit_s
+from scalerl.envs.bench.code_sets import CALL_FORMAT, DEEPCODER_IMPORTS
 from scalerl.envs.bench.evalplus import adapt_plus_test
 from scalerl.envs.bench.livecodebench import decode_private, parse_window
 from scalerl.envs.bench.math_sets import gsm8k_answer, number_answer
@@ -71,19 +71,46 @@ def test_code_samples_carry_their_tests(copies):
     assert plan_tests(mbpp[1].tests, timeout_s=1.0, float_tol=None).spec["mode"] == "check"
     plus = local("humaneval+", copies).samples("test")[4]
     assert "import numpy" not in plus.tests["test"] and "check(fib)" not in plus.tests["test"]
-    coder = local("deepcoder", copies).samples("train") + local("deepcoder", copies).samples(
-        "test")
-    by_problem = {s.meta["problem"]: s.tests for s in coder}
-    assert by_problem["Read an integer n and print n * 2."]["timeout_s"] == 2.0
-    assert by_problem["Given nums, return their maximum."]["fn_name"] == "maxOf"
-    assert by_problem["Write a function add(a, b) returning a + b."]["type"] == "call"
+
+
+def deepcoder_samples(copies):
+    task = local("deepcoder", copies)
+    return task, {s.meta["problem"]: s for split in task.splits for s in task.samples(split)}
+
+
+def test_deepcoder_rows_of_every_config_are_tested_and_prompted_as_they_are_graded(copies):
+    _, by_problem = deepcoder_samples(copies)
+    rows = {r["problem"]: r for r in bf.DEEPCODER}
+    assert set(by_problem) == set(rows)
+    samples = [by_problem[r["problem"]] for r in bf.DEEPCODER]
+    pi_stdin, pi_sort, pi_mul, taco_mean, taco_prime, taco_anagram, taco_pairs = samples[:7]
+    lcb_stdin, lcb_call = samples[7:]
+    for sample in samples[:7]:
+        assert (sample.tests["compare"], sample.tests["timeout_s"]) == ("taco", 12.0)
+    for sample in (lcb_stdin, lcb_call):
+        assert (sample.tests["compare"], sample.tests["timeout_s"]) == ("lcb", 6.0)
+    assert all(s.tests["prelude"] == DEEPCODER_IMPORTS for s in by_problem.values())
+    assert (pi_stdin.tests["type"], taco_mean.tests["type"], lcb_stdin.tests["type"]) == (
+        "stdio", "stdio", "stdio")
+    # primeintellect function_call rows keep each result wrapped in a list, as TACO does
+    assert pi_sort.tests["fn_name"] == "sort_words" and pi_sort.tests["outputs"][0] == [
+        ["a", "bb", "ccc"]]
+    assert pi_sort.tests["unwrap_outputs"] is True
+    assert (taco_anagram.tests["fn_name"], lcb_call.tests["fn_name"]) == ("is_anagram", "maxOf")
+    # call-graded rows without starter code are asked for the function, by name
+    assert pi_sort.prompt.endswith(CALL_FORMAT.format(fn_name="sort_words"))
+    assert taco_anagram.prompt.endswith(CALL_FORMAT.format(fn_name="is_anagram"))
+    assert "standard input" in pi_stdin.prompt and "standard input" in taco_mean.prompt
+    assert "class Solution:\n    def maxOf" in lcb_call.prompt
+    # PrimeIntellect's solutions come fenced: not fenced again; TACO's are fenced once
+    assert pi_stdin.meta["solution"] == rows[pi_stdin.meta["problem"]]["solutions"][0]
+    assert taco_mean.meta["solution"].count("```") == 2
 
 
 def gold_and_wrong(name, sample):
     if BENCHMARKS[name.split(":")[0]].kind == "math":
         return f"So the answer is \\boxed{{{sample.answer}}}.", "\\boxed{-98765}"
-    gold = sample.meta.get("solution") or f"```python\n{bf.LCB_GOLD[sample.id]}\n```"
-    return gold, WRONG_CODE
+    return bf.gold_program(sample), WRONG_CODE
 
 
 @pytest.mark.parametrize("name", sorted(BENCHMARKS))
@@ -98,16 +125,37 @@ def test_gold_solutions_score_correct_and_a_wrong_one_wrong(name, copies):
         assert task.score(sample, wrong).status == "wrong", sample.id
 
 
+@pytest.mark.parametrize("name", ["livecodebench", "deepcoder"])
+def test_near_misses_are_never_correct(name, copies):
+    """Off by one on big numbers, a float where an integer is due, a float rounded, wrong order,
+    wrong case, one line for several: each fails at least one test (in the real sandbox)."""
+    task = local(name, copies)
+    samples = [s for split in task.splits for s in task.samples(split)]
+    tried = 0
+    for sample in samples:
+        for program in bf.near_misses(sample):
+            got = task.score(sample, f"```python\n{program}\n```")
+            assert got.status == "wrong", (sample.id, program, got.detail)
+            tried += 1
+    assert tried >= 15
+
+
 def test_livecodebench_window_keeps_only_problems_released_inside_it(copies):
     ids = [s.id for s in local("livecodebench:2024-08..2025-02", copies).samples("test")]
-    assert ids == ["abc001_a", "abc002_b", "3001", "3002"]  # 2024-07-30 and 2025-03-02 cut
+    # 2024-07-30 and 2025-03-02 are cut, and so is 2025-02-28T09:30: the end is 2025-02-28
+    # 00:00, as LiveCodeBench compares --end_date 2025-02-28 with full timestamps
+    assert ids == ["abc001_a", "abc002_b", "abc003_c", "abc004_d", "3001", "3002"]
+    deepcoder_test = local("livecodebench:2024-08-01..2025-02-01", copies).samples("test")
+    assert [s.id for s in deepcoder_test] == ["abc001_a", "abc002_b", "abc003_c", "abc004_d",
+                                              "3002"]  # 2025-02-01T00:00 is in, as in LCB
     assert [s.id for s in local("livecodebench:2025-01-05..", copies).samples("test")] == [
-        "3001", "3002", "abc999_z"]
+        "abc004_d", "3001", "3002", "abc999_z", "abc998_y"]
     every = local("livecodebench", copies).samples("test")
     first = every[0]
-    assert (first.meta["public_tests"], first.meta["private_tests"]) == (1, 2)
-    assert first.tests["inputs"] == ["3\n", "12\n", "0\n"]  # public, then private
+    assert (first.meta["public_tests"], first.meta["private_tests"]) == (1, 3)
+    assert first.tests["inputs"] == ["3\n", "12\n", "0\n", "999999999\n"]  # public, private
     assert first.tests["prelude"].startswith("from string import *")
+    assert first.meta["contest_date"] == "2024-09-01T00:00:00"
 
 
 def test_livecodebench_compares_numbers_by_value_as_its_harness_does(copies):
@@ -149,7 +197,9 @@ def test_a_pickled_object_in_private_tests_is_refused(capsys):
 def test_a_bad_window_is_one_line(text, message):
     with pytest.raises(UnknownTaskError, match=message):
         get_task(f"livecodebench:{text}")
-    assert parse_window("2024-08..2025-02").end.isoformat() == "2025-02-28"
+    window = parse_window("2024-08..2025-02")
+    assert (window.start.isoformat(), window.end.isoformat()) == ("2024-08-01T00:00:00",
+                                                                  "2025-02-28T00:00:00")
 
 
 def test_offline_without_cache_or_copy_preflight_names_the_hub_id_and_data(tmp_path,
@@ -181,8 +231,6 @@ def test_answer_readers():
     assert gsm8k_answer("so\n#### 1,600") == "1600"
     assert (number_answer(142.0), number_answer("033"), number_answer("3/4")) == (
         "142", "33", "3/4")
-    assert (time_limit_s({"time_limit": "1000 ms"}), time_limit_s({"time_limit": 3}),
-            time_limit_s({})) == (1.0, 3.0, None)
 
 
 def test_evalplus_tests_using_numpy_beyond_the_helpers_are_refused():

@@ -114,10 +114,11 @@ def test_tasks_list_shows_hub_ids_and_card_sizes_and_show_reads_a_copy(copies, c
     assert rows["mbpp"]["splits"] == {"test": 5} and "declared" not in rows["mbpp"]
     family = rows["livecodebench:<name>"]["source"]
     assert family.endswith("(hub livecodebench/code_generation_lite)")
-    assert cli.main(["tasks", "show", "livecodebench:2025-01..2025-02", "-n", "1",
+    # 2025-02-20 is in; 2025-02-28T09:30 is not: the end is 2025-02-28 00:00, as in LCB
+    assert cli.main(["tasks", "show", "livecodebench:2025-02-02..2025-02", "-n", "1",
                      *data_flags(copies, "livecodebench")]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("livecodebench:2025-01..2025-02 (code), split test: 2 samples")
+    assert out.startswith("livecodebench:2025-02-02..2025-02 (code), split test: 1 sample")
     assert "class Solution:\n    def sumOf(self, nums: List[int]) -> int:" in out
 
 
@@ -210,6 +211,29 @@ def test_score_reads_a_benchmark_from_its_local_copy(copies, tmp_path, capsys):
     assert cli.main(["score", str(path), *data_flags(copies, "gsm8k")]) == 0
     out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["status"] for r in out] == ["correct", "wrong"]
+
+
+@pytest.mark.parametrize("name", ["livecodebench", "deepcoder"])
+def test_score_grades_every_reference_correct_and_every_near_miss_not(name, copies, tmp_path,
+                                                                      capsys):
+    from scalerl.local_data import task_with_data
+
+    task = task_with_data(name, copies[name])
+    rows, gold, near = [], set(), set()
+    for sample in [s for split in task.splits for s in task.samples(split)]:
+        rows.append({"id": f"{sample.id}/gold", "task": name, "sample_id": sample.id,
+                     "completion": bf.gold_program(sample)})
+        gold.add(rows[-1]["id"])
+        for k, program in enumerate(bf.near_misses(sample)):
+            rows.append({"id": f"{sample.id}/near{k}", "task": name, "sample_id": sample.id,
+                         "completion": f"```python\n{program}\n```"})
+            near.add(rows[-1]["id"])
+    path = bf.write_jsonl(tmp_path / "in.jsonl", rows)
+    assert cli.main(["score", str(path), "--workers", "2", *data_flags(copies, name)]) == 0
+    out = {r["id"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert {i: out[i]["status"] for i in gold} == dict.fromkeys(gold, "correct")
+    assert {i: out[i]["status"] for i in near} == dict.fromkeys(near, "wrong")
+    assert len(near) >= 15
 
 
 class SharedEngine:
