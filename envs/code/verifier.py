@@ -36,6 +36,8 @@ CODE_SYSTEM_PROMPT = (
 DEFAULT_TEST_TIMEOUT_S = 4.0
 HARNESS = Path(__file__).with_name("harness.py")
 """The in-sandbox harness, read as a file and run as `harness.py` beside the candidate."""
+CODEC = Path(__file__).with_name("codec.py")
+"""The value codec, shipped beside the harness (which loads it from its file)."""
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 
@@ -84,10 +86,12 @@ def _backend(sandbox: SandboxConfig) -> Any:
     return get_backend(sandbox.backend, sandbox.workers)
 
 
-def default_limits(n_tests: int, test_timeout_s: float, sandbox: SandboxConfig) -> Limits:
-    """Wall and CPU for the whole run: start-up plus every test's deadline, capped at the
-    sandbox settings' `max_run_s`; memory from their `memory_mb`."""
-    wall = min(sandbox.max_run_s, 3.0 + n_tests * test_timeout_s)
+def default_limits(n_tests: int, test_timeout_s: float, sandbox: SandboxConfig,
+                   budget_s: float | None = None) -> Limits:
+    """Wall and CPU for the whole run: start-up plus every test's deadline (or the plan's own
+    `budget_s`), capped at the sandbox settings' `max_run_s`; memory from their `memory_mb`."""
+    wall = min(sandbox.max_run_s, 3.0 + (n_tests * test_timeout_s if budget_s is None
+                                         else budget_s))
     return Limits(wall_s=wall, cpu_s=wall, memory_mb=sandbox.memory_mb, output_bytes=16 << 20)
 
 
@@ -185,8 +189,10 @@ def score_code(
         return Score("error", f"tests: {e}")
     nonce = secrets.token_hex(16)
     stdin = marshal.dumps(dict(plan.spec, nonce=nonce))  # trusted direction: parent -> harness
-    files = {"harness.py": _harness_source(), "prog.py": code.encode("utf-8", "replace")}
-    run_limits = limits or default_limits(plan.n_tests, plan.spec["timeout_s"], sandbox)
+    files = {"harness.py": _harness_source(HARNESS), "codec.py": _harness_source(CODEC),
+             "prog.py": code.encode("utf-8", "replace")}
+    run_limits = limits or default_limits(plan.n_tests, plan.spec["timeout_s"], sandbox,
+                                          plan.budget_s)
     try:
         res = _backend(sandbox).run(["python", "harness.py"], stdin=stdin, files=files,
                                     limits=run_limits)
@@ -217,9 +223,9 @@ def _plan(tests: Any, code: str, float_outputs: bool, float_tol: float,
     return plan, code
 
 
-@lru_cache(maxsize=1)
-def _harness_source() -> bytes:
-    return HARNESS.read_bytes()
+@lru_cache(maxsize=2)
+def _harness_source(path: Path) -> bytes:
+    return path.read_bytes()
 
 
 CODE_OPTIONS: tuple[str, ...] = ("requires_thinking", "limits", "float_outputs", "float_tol",
