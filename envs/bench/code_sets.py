@@ -1,8 +1,10 @@
 """The built-in code benchmarks (MBPP, MBPP+, HumanEval+) and the DeepCoder training set.
 
 MBPP (`full` config, test split) is prompted as in its paper (the problem, then "Your code should
-pass these tests:" and its `test_list`) and graded by those asserts; MBPP+ and HumanEval+ by
-EvalPlus's extra tests, made numpy-free (envs/bench/evalplus.py). DeepCoder's rows (the train
+pass these tests:" and its `test_list`) and graded by those asserts, its `test_setup_code` run
+after the candidate's code as MBPP's harness runs it; MBPP+ and HumanEval+ by EvalPlus's extra
+tests, made numpy-free and fixed to EvalPlus's evaluator (envs/bench/evalplus.py), with its time
+limits: 4 s per input, 60 s per task. DeepCoder's rows (the train
 splits of its primeintellect, taco and lcbv5 configs) carry `tests` as a JSON string in the
 APPS/TACO or LiveCodeBench layout, read by the `code` kind's reader (envs/code/files.py), with
 the function name from `metadata` when a functional test lacks one and the time limit from
@@ -34,8 +36,10 @@ STDIN_FORMAT = ("Read the input from standard input, solve the problem and write
                 "to standard output. Give the complete program in one ```python block.")
 STARTER_FORMAT = ("Complete the following starter code and give the whole solution in one "
                   "```python block:\n\n```python\n{starter}\n```")
-PLUS_OPTIONS = MappingProxyType({"test_timeout_s": 20.0})
-"""EvalPlus runs hundreds of inputs in one `check`: one deadline for each candidate call."""
+EVALPLUS_LIMITS = MappingProxyType({"timeout_s": 4.0, "run_timeout_s": 60.0})
+"""EvalPlus's limits: each input max(4 s, 4 x the canonical solution's time), a task at most 60 s.
+The hub rows carry no ground-truth times; 4 s is EvalPlus's limit for every input whose canonical
+solution takes under 1 s (docs/benchmarks.md)."""
 _SECONDS = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|milliseconds?|s|sec|seconds?)?\s*$", re.I)
 
 
@@ -56,10 +60,9 @@ def mbpp_row(row: Mapping[str, Any], task: str) -> Sample:
     asserts = listed(row.get("test_list"), "test_list")
     entry = entry_point(code, asserts)
     prompt = MBPP_PROMPT.format(text=text, tests="\n".join(asserts))
-    setup = "\n".join(listed(row.get("test_imports") or [], "test_imports"))
-    setup = "\n".join(filter(None, [setup, str(row.get("test_setup_code") or "")]))
+    imports = "\n".join(listed(row.get("test_imports") or [], "test_imports"))
     tests = {"type": "assert", "entry_point": entry, "test": asserts_check(asserts, entry),
-             "prelude": setup}
+             "prelude": imports, "setup": str(row.get("test_setup_code") or "")}
     return Sample(id=str(row["task_id"]), task=task, prompt=prompt, tests=tests,
                   meta={"problem": text, "solution": fenced(code), "entry_point": entry})
 
@@ -71,7 +74,7 @@ def mbpp_plus_row(row: Mapping[str, Any], task: str) -> Sample:
     setup = "\n".join(listed(row.get("test_imports") or [], "test_imports"))
     prompt = MBPP_PROMPT.format(text=text, tests=asserts[0])
     tests = {"type": "assert", "entry_point": entry, "prelude": setup,
-             "test": adapt_plus_test(text_of(row, "test"), entry)}
+             "test": adapt_plus_test(text_of(row, "test"), entry), **EVALPLUS_LIMITS}
     return Sample(id=f"Mbpp/{row['task_id']}", task=task, prompt=prompt, tests=tests,
                   meta={"problem": text, "solution": fenced(code), "entry_point": entry})
 
@@ -79,7 +82,7 @@ def mbpp_plus_row(row: Mapping[str, Any], task: str) -> Sample:
 def humaneval_plus_row(row: Mapping[str, Any], task: str) -> Sample:
     stub, entry = text_of(row, "prompt"), text_of(row, "entry_point")
     tests = {"type": "assert", "entry_point": entry, "prelude": stub,
-             "test": adapt_plus_test(text_of(row, "test"), entry)}
+             "test": adapt_plus_test(text_of(row, "test"), entry), **EVALPLUS_LIMITS}
     solution = fenced(stub + str(row.get("canonical_solution") or ""))
     return Sample(id=str(row["task_id"]), task=task, prompt=HUMANEVAL_PROMPT.format(prompt=stub),
                   tests=tests, meta={"problem": stub, "solution": solution})
@@ -156,11 +159,11 @@ MBPP = register_benchmark(Benchmark(
     source=HubSource("google-research-datasets/mbpp", (("full", "test"),)),
     grading="all `test_list` asserts pass in the sandbox"))
 MBPP_PLUS = register_benchmark(Benchmark(
-    name="mbpp+", kind="code", size=378, to_sample=mbpp_plus_row, options=PLUS_OPTIONS,
+    name="mbpp+", kind="code", size=378, to_sample=mbpp_plus_row,
     source=HubSource("evalplus/mbppplus", ((None, "test"),)),
     grading="EvalPlus base + extra tests (`test`) pass in the sandbox"))
 HUMANEVAL_PLUS = register_benchmark(Benchmark(
-    name="humaneval+", kind="code", size=164, to_sample=humaneval_plus_row, options=PLUS_OPTIONS,
+    name="humaneval+", kind="code", size=164, to_sample=humaneval_plus_row,
     source=HubSource("evalplus/humanevalplus", ((None, "test"),)),
     grading="EvalPlus `check(candidate)` (base + extra inputs) passes in the sandbox"))
 DEEPCODER = register_benchmark(Benchmark(
