@@ -50,23 +50,24 @@ class _NotConvertible(Exception):
     pass
 
 
-def bound_names(setup: str) -> frozenset[str]:
-    """The top-level names a setup source binds (assignments, defs, classes, imports); empty
-    when it does not parse (the harness then reports the error when it runs it)."""
+def bound_names(setup: str) -> tuple[frozenset[str], str]:
+    """The objects a setup source builds (top-level names it assigns, defs, classes), and its
+    import statements (which the test needs too); nothing when it does not parse (the harness
+    then reports the error when it runs it)."""
     try:
         tree = ast.parse(setup)
-    except SyntaxError:
-        return frozenset()
+    except (SyntaxError, ValueError):
+        return frozenset(), ""
     names: set[str] = set()
+    imports = [ast.get_source_segment(setup, n) or "" for n in tree.body
+               if isinstance(n, ast.Import | ast.ImportFrom)]
     for node in tree.body:
         targets = node.targets if isinstance(node, ast.Assign) else (
             [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign) else [])
         names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(node.name)
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return frozenset(names)
+    return frozenset(names), "\n".join(imports)
 
 
 def convert_check(test_src: str, names: frozenset[str] = frozenset()) -> list[CallCase] | None:

@@ -198,10 +198,10 @@ def _plan_assert(tests: Mapping[str, Any], timeout_s: float, float_tol: float | 
     if not isinstance(test, str) or not isinstance(entry, str) or not entry.isidentifier():
         raise TestFormatError("assert tests need `test` (source with check()) and `entry_point`")
     prelude, setup = str(tests.get("prelude", "")), str(tests.get("setup", ""))
-    names = bound_names(setup)
+    names, imports = bound_names(setup)
     cases = _converted(test, names)
     if cases is None:
-        return _plan_check(tests, test, entry, timeout_s, names)
+        return _plan_check(tests, test, entry, timeout_s, names, imports)
 
     def judge(i: int, rec: Mapping[str, Any]) -> tuple[str, str]:
         actual, why = _value(rec, timeout_s)
@@ -226,9 +226,11 @@ def _call_spec(case: Any) -> dict[str, Any]:
 
 
 def _plan_check(tests: Mapping[str, Any], test: str, entry: str, timeout_s: float,
-                names: frozenset[str]) -> Plan:
+                names: frozenset[str], imports: str) -> Plan:
     """The two-process `check` mode: each candidate call has `timeout_s`; the whole check has
-    the tests' own `run_timeout_s` (EvalPlus gives a task 60 s), else one call's deadline."""
+    the tests' own `run_timeout_s` (EvalPlus gives a task 60 s), else one call's deadline. The
+    setup's imports join the prelude (the test uses them: MBPP's `import math`); the objects it
+    builds stay in the candidate's process."""
     budget = tests.get("run_timeout_s")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float)
                                or not budget > 0):
@@ -241,8 +243,8 @@ def _plan_check(tests: Mapping[str, Any], test: str, entry: str, timeout_s: floa
         return kind, f"check() failed: {truncate(str(rec.get('error')), 200)}"
 
     spec = {"mode": "check", "fn_name": entry, "test": test, "timeout_s": timeout_s,
-            "prelude": str(tests.get("prelude", "")), "setup": str(tests.get("setup", "")),
-            "setup_names": sorted(names)}
+            "prelude": "\n".join(filter(None, [str(tests.get("prelude", "")), imports])),
+            "setup": str(tests.get("setup", "")), "setup_names": sorted(names)}
     return Plan(spec, 1, judge, float(budget) if budget is not None else None)
 
 

