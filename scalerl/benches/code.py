@@ -55,11 +55,13 @@ def _timed(fn, items, workers: int) -> tuple[float, int]:
 def measure(n: int, workers: int, backend: str | None, synth: int) -> dict:
     from scalerl.envs.catalog import get_task
     from scalerl.envs.code import score_code
+    from scalerl.sandbox import SandboxConfig
 
     samples = list(get_task("humaneval").samples("test"))[:n]
+    sandbox = SandboxConfig(backend)
 
     def graded(sample) -> bool:
-        return score_code(sample.meta["solution"], sample.tests, backend=backend).correct
+        return score_code(sample.meta["solution"], sample.tests, sandbox=sandbox).correct
 
     _timed(graded, samples[:workers], workers)  # warm-up: imports, page cache, cgroup parents
     half = len(samples) // 2
