@@ -157,15 +157,15 @@ def deepcoder_row(row: Mapping[str, Any], task: str) -> Sample:
 MBPP = register_benchmark(Benchmark(
     name="mbpp", kind="code", size=500, to_sample=mbpp_row,
     source=HubSource("google-research-datasets/mbpp", (("full", "test"),)),
-    grading="all `test_list` asserts pass in the sandbox"))
+    grading="all `test_list` asserts pass in the sandbox (`test_setup_code` after the code)"))
 MBPP_PLUS = register_benchmark(Benchmark(
     name="mbpp+", kind="code", size=378, to_sample=mbpp_plus_row,
     source=HubSource("evalplus/mbppplus", ((None, "test"),)),
-    grading="EvalPlus base + extra tests (`test`) pass in the sandbox"))
+    grading="EvalPlus's `test` (base + plus inputs) passes as its evaluator judges, 4 s/input"))
 HUMANEVAL_PLUS = register_benchmark(Benchmark(
     name="humaneval+", kind="code", size=164, to_sample=humaneval_plus_row,
     source=HubSource("evalplus/humanevalplus", ((None, "test"),)),
-    grading="EvalPlus `check(candidate)` (base + extra inputs) passes in the sandbox"))
+    grading="EvalPlus's `check(candidate)` passes as its evaluator judges, 4 s/input"))
 DEEPCODER = register_benchmark(Benchmark(
     name="deepcoder", kind="code", size=24287, role="train", to_sample=deepcoder_row,
     source=HubSource("agentica-org/DeepCoder-Preview-Dataset",
