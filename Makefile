@@ -27,10 +27,13 @@ sysdeps:
 	  echo "make: apt-get installed bubblewrap but bwrap is not on PATH ($$PATH)" >&2; exit 2; \
 	fi
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel
 	$(BIN)/pip install -q -e ".[cpu,dev]"
+	# EvalPlus's evaluator, the reference of the MBPP+/HumanEval+ differential tests. Without its
+	# dependencies (openai, anthropic, tree-sitter...): evalplus.eval needs only numpy and psutil.
+	$(BIN)/pip install -q --no-deps evalplus==0.3.1
 	# PyPI's torchvision/torchaudio/torchcodec break beside torch 2.13 CPU (design.md).
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
 	touch $(STAMP)

@@ -1,8 +1,9 @@
 """Small local copies of the built-in benchmarks, each in its hub dataset's own schema.
 
-`write_all(dir)` writes one file (or `save_to_disk` directory) per benchmark, 5-9 rows each, with
-gold solutions, and returns {task name: path} for `--data NAME=PATH`. The DeepCoder and
-LiveCodeBench rows, with their near-miss programs, are in tests/bench_code_rows.py.
+`write_all(dir)` writes one file (or `save_to_disk` directory) per benchmark, 5-9 rows each (MBPP+
+and HumanEval+: the 24 and 16 rows of tests/data/evalplus), with gold solutions, and returns
+{task name: path} for `--data NAME=PATH`. The DeepCoder and LiveCodeBench rows, with their
+near-miss programs, are in tests/bench_code_rows.py.
 `PLANTED` is a MATH-500 problem that the Polaris copy also holds (a planted overlap), and
 `NEAR_COPY` a Polaris problem sharing a 13-word run with a GSM8K one.
 """
@@ -75,6 +76,31 @@ POLARIS = [
 DEEPSCALER = [{"problem": f"DeepScaleR problem: what is {i} + {i}?", "answer": str(2 * i),
                "solution": f"$\\boxed{{{2 * i}}}$"} for i in range(1, 6)]
 
+MBPP_SETUP_ROW = {
+    "task_id": 927, "text": "Write a function to calculate the height of the given binary tree.",
+    "code": "class Node: \r\n\tdef __init__(self, data): \r\n\t\tself.data = data \r\n"
+            "\t\tself.left = None\r\n\t\tself.right = None\r\ndef max_height(node): \r\n"
+            "\tif node is None: \r\n\t\treturn 0 ; \r\n\telse : \r\n"
+            "\t\tleft_height = max_height(node.left) \r\n"
+            "\t\tright_height = max_height(node.right) \r\n"
+            "\t\tif (left_height > right_height): \r\n\t\t\treturn left_height+1\r\n"
+            "\t\telse: \r\n\t\t\treturn right_height+1",
+    "test_list": ["assert (max_height(root)) == 3", "assert (max_height(root1)) == 5 ",
+                  "assert (max_height(root2)) == 4"],
+    "test_setup_code": "root = Node(1) \r\nroot.left = Node(2) \r\nroot.right = Node(3) \r\n"
+                       "root.left.left = Node(4) \r\nroot.left.right = Node(5) \r\n"
+                       "root1 = Node(1);  \r\nroot1.left = Node(2);  \r\n"
+                       "root1.right = Node(3);  \r\nroot1.left.left = Node(4);  \r\n"
+                       "root1.right.left = Node(5);  \r\nroot1.right.right = Node(6);  \r\n"
+                       "root1.right.right.right= Node(7);  \r\n"
+                       "root1.right.right.right.right = Node(8)\r\nroot2 = Node(1) \r\n"
+                       "root2.left = Node(2) \r\nroot2.right = Node(3) \r\n"
+                       "root2.left.left = Node(4) \r\nroot2.left.right = Node(5)\r\n"
+                       "root2.left.left.left = Node(6)\r\nroot2.left.left.right = Node(7)",
+    "challenge_test_list": []}
+"""MBPP's setup-code problem (train split, task 927): `test_setup_code` builds the trees with the
+candidate's own `Node` class, so it runs after the candidate's code."""
+
 MBPP = [
     {"task_id": 11, "text": "Write a python function to remove first and last occurrence of a "
      "given character from the string.",
@@ -102,6 +128,7 @@ MBPP = [
      "code": "def is_even(n):\n    return n % 2 == 0",
      "test_list": ["assert is_even(4)", "assert not is_even(7)", "assert is_even(0) == True"],
      "test_setup_code": "", "challenge_test_list": []},
+    MBPP_SETUP_ROW,
 ]
 
 EVALPLUS_HEADER = '''import numpy as np
@@ -130,59 +157,14 @@ def assertion(out, exp, atol):
 '''
 
 
-def _plus_loop(call: str, inputs: list, results: list, *, indent: str = "") -> str:
-    return (f"{indent}inputs = {inputs!r}\n{indent}results = {results!r}\n"
-            f"{indent}for i, (inp, exp) in enumerate(zip(inputs, results)):\n"
-            f"{indent}    assertion({call}(*inp), exp, 0)\n")
+EVALPLUS_ROWS = Path(__file__).parent / "data" / "evalplus"
+"""MBPP+ and HumanEval+ rows in the hub's schema and `test` layout, every EvalPlus helper variant
+(tests/data/evalplus/make_rows.py says how they were made)."""
+MBPP_PLUS = [json.loads(x) for x in (EVALPLUS_ROWS / "mbppplus.jsonl").read_text().splitlines()]
+HUMANEVAL_PLUS = [json.loads(x)
+                  for x in (EVALPLUS_ROWS / "humanevalplus.jsonl").read_text().splitlines()]
 
 
-MBPP_PLUS = [
-    {"task_id": 2, "code": "def similar_elements(a, b):\n    return tuple(sorted(set(a) & set(b)))",
-     "prompt": "Write a function to find the shared elements from the given two lists.",
-     "source_file": "Benchmark Questions Verification V2.ipynb", "test_imports": [],
-     "test_list": ["assert set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10))) == set((4, 5))"],
-     "test": EVALPLUS_HEADER + _plus_loop("similar_elements", [[(3, 4), (4, 5)], [(1,), (2,)]],
-                                          [(4,), ()])},
-    {"task_id": 3, "code": "def is_not_prime(n):\n    return n < 2 or any(n % d == 0 for d in "
-     "range(2, int(n ** 0.5) + 1))",
-     "prompt": "Write a python function to identify non-prime numbers.",
-     "source_file": "Benchmark Questions Verification V2.ipynb", "test_imports": [],
-     "test_list": ["assert is_not_prime(2) == False"],
-     "test": EVALPLUS_HEADER + _plus_loop("is_not_prime", [[2], [10], [35], [37], [1]],
-                                          [False, True, True, False, True])},
-    {"task_id": 4, "code": "import math\ndef area(r):\n    return math.pi * r * r",
-     "prompt": "Write a function to find the area of a circle.",
-     "source_file": "mbpp.jsonl", "test_imports": ["import math"],
-     "test_list": ["assert math.isclose(area(1), 3.141592653589793)"],
-     "test": EVALPLUS_HEADER + _plus_loop("area", [[1], [2.5], [0]],
-                                          [3.141592653589793, 19.634954084936208, 0.0])},
-    {"task_id": 5, "code": "def rev(s):\n    return s[::-1]",
-     "prompt": "Write a function to reverse a string.", "source_file": "mbpp.jsonl",
-     "test_imports": [], "test_list": ['assert rev("ab") == "ba"'],
-     "test": EVALPLUS_HEADER + _plus_loop("rev", [["ab"], [""], ["xyz"]], ["ba", "", "zyx"])},
-    {"task_id": 6, "code": "def pair(a):\n    return (a, a)",
-     "prompt": "Write a function to return a pair of the argument.", "source_file": "mbpp.jsonl",
-     "test_imports": [], "test_list": ["assert pair(1) == (1, 1)"],
-     "test": EVALPLUS_HEADER + _plus_loop("pair", [[1], [0]], [(1, 1), (0, 0)])},
-]
-
-
-def _humaneval_plus(i: int, name: str, sig: str, body: str, inputs: list, results: list) -> dict:
-    stub = f'def {name}({sig}):\n    """Return the answer for {name}."""\n'
-    test = (EVALPLUS_HEADER + "\ndef check(candidate):\n"
-            + _plus_loop("candidate", inputs, results, indent="    ") + f"\n\ncheck({name})\n")
-    return {"task_id": f"HumanEval/{i}", "prompt": stub, "canonical_solution": body,
-            "entry_point": name, "test": test}
-
-
-HUMANEVAL_PLUS = [
-    _humaneval_plus(0, "double", "x", "    return 2 * x\n", [[1], [2], [-3]], [2, 4, -6]),
-    _humaneval_plus(1, "halve", "x", "    return x / 2\n", [[1], [3]], [0.5, 1.5]),
-    _humaneval_plus(2, "words", "s", "    return s.split()\n", [["a b"], [""]], [["a", "b"], []]),
-    _humaneval_plus(3, "is_pos", "x", "    return x > 0\n", [[1], [0], [-1]], [True, False, False]),
-    _humaneval_plus(4, "fib", "n", "    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, "
-                    "a + b\n    return a\n", [[0], [1], [10], [30]], [0, 1, 55, 832040]),
-]
 
 ROWS = {"math500": MATH500, "aime24": AIME24, "aime25": AIME25, "amc23": AMC23, "gsm8k": GSM8K,
         "polaris": POLARIS, "deepscaler": DEEPSCALER, "mbpp": MBPP, "mbpp+": MBPP_PLUS,

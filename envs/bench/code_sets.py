@@ -1,8 +1,10 @@
 """The built-in code benchmarks (MBPP, MBPP+, HumanEval+) and the DeepCoder training set.
 
 MBPP (`full` config, test split) is prompted as in its paper (the problem, then "Your code should
-pass these tests:" and its `test_list`) and graded by those asserts; MBPP+ and HumanEval+ by
-EvalPlus's extra tests, made numpy-free (envs/bench/evalplus.py). DeepCoder's rows (the train
+pass these tests:" and its `test_list`) and graded by those asserts, its `test_setup_code` run
+after the candidate's code as MBPP's harness runs it; MBPP+ and HumanEval+ by EvalPlus's extra
+tests, made numpy-free and fixed to EvalPlus's evaluator (envs/bench/evalplus.py), with its time
+limits: 4 s per input, 60 s per task. DeepCoder's rows (the train
 splits of its primeintellect, taco and lcbv5 configs) carry `tests` as a JSON string in the
 PrimeIntellect, APPS/TACO or LiveCodeBench layout, read by the `code` kind's reader
 (envs/code/files.py), with the function name from `metadata` when a functional test lacks one;
@@ -60,8 +62,10 @@ pandas, which the sandbox's Python does not have."""
 DEEPCODER_TIMEOUT_S = MappingProxyType({"taco": 12.0, "lcb": 6.0})
 """Seconds per test by comparison rule: the reward's TACO runs (`timeout_per_test=12`) and its
 LiveCodeBench runs (`timeout=6`)."""
-PLUS_OPTIONS = MappingProxyType({"test_timeout_s": 20.0})
-"""EvalPlus runs hundreds of inputs in one `check`: one deadline for each candidate call."""
+EVALPLUS_LIMITS = MappingProxyType({"timeout_s": 4.0, "run_timeout_s": 60.0})
+"""EvalPlus's limits: each input max(4 s, 4 x the canonical solution's time), a task at most 60 s.
+The hub rows carry no ground-truth times; 4 s is EvalPlus's limit for every input whose canonical
+solution takes under 1 s (docs/benchmarks.md)."""
 
 
 def fenced(code: str) -> str:
@@ -81,10 +85,9 @@ def mbpp_row(row: Mapping[str, Any], task: str) -> Sample:
     asserts = listed(row.get("test_list"), "test_list")
     entry = entry_point(code, asserts)
     prompt = MBPP_PROMPT.format(text=text, tests="\n".join(asserts))
-    setup = "\n".join(listed(row.get("test_imports") or [], "test_imports"))
-    setup = "\n".join(filter(None, [setup, str(row.get("test_setup_code") or "")]))
+    imports = "\n".join(listed(row.get("test_imports") or [], "test_imports"))
     tests = {"type": "assert", "entry_point": entry, "test": asserts_check(asserts, entry),
-             "prelude": setup}
+             "prelude": imports, "setup": str(row.get("test_setup_code") or "")}
     return Sample(id=str(row["task_id"]), task=task, prompt=prompt, tests=tests,
                   meta={"problem": text, "solution": fenced(code), "entry_point": entry})
 
@@ -96,7 +99,7 @@ def mbpp_plus_row(row: Mapping[str, Any], task: str) -> Sample:
     setup = "\n".join(listed(row.get("test_imports") or [], "test_imports"))
     prompt = MBPP_PROMPT.format(text=text, tests=asserts[0])
     tests = {"type": "assert", "entry_point": entry, "prelude": setup,
-             "test": adapt_plus_test(text_of(row, "test"), entry)}
+             "test": adapt_plus_test(text_of(row, "test"), entry), **EVALPLUS_LIMITS}
     return Sample(id=f"Mbpp/{row['task_id']}", task=task, prompt=prompt, tests=tests,
                   meta={"problem": text, "solution": fenced(code), "entry_point": entry})
 
@@ -104,7 +107,7 @@ def mbpp_plus_row(row: Mapping[str, Any], task: str) -> Sample:
 def humaneval_plus_row(row: Mapping[str, Any], task: str) -> Sample:
     stub, entry = text_of(row, "prompt"), text_of(row, "entry_point")
     tests = {"type": "assert", "entry_point": entry, "prelude": stub,
-             "test": adapt_plus_test(text_of(row, "test"), entry)}
+             "test": adapt_plus_test(text_of(row, "test"), entry), **EVALPLUS_LIMITS}
     solution = fenced(stub + str(row.get("canonical_solution") or ""))
     return Sample(id=str(row["task_id"]), task=task, prompt=HUMANEVAL_PROMPT.format(prompt=stub),
                   tests=tests, meta={"problem": stub, "solution": solution})
@@ -192,15 +195,15 @@ def deepcoder_row(row: Mapping[str, Any], task: str) -> Sample:
 MBPP = register_benchmark(Benchmark(
     name="mbpp", kind="code", size=500, to_sample=mbpp_row,
     source=HubSource("google-research-datasets/mbpp", (("full", "test"),)),
-    grading="all `test_list` asserts pass in the sandbox"))
+    grading="all `test_list` asserts pass in the sandbox (`test_setup_code` after the code)"))
 MBPP_PLUS = register_benchmark(Benchmark(
-    name="mbpp+", kind="code", size=378, to_sample=mbpp_plus_row, options=PLUS_OPTIONS,
+    name="mbpp+", kind="code", size=378, to_sample=mbpp_plus_row,
     source=HubSource("evalplus/mbppplus", ((None, "test"),)),
-    grading="EvalPlus base + extra tests (`test`) pass in the sandbox"))
+    grading="EvalPlus's `test` (base + plus inputs) passes as its evaluator judges, 4 s/input"))
 HUMANEVAL_PLUS = register_benchmark(Benchmark(
-    name="humaneval+", kind="code", size=164, to_sample=humaneval_plus_row, options=PLUS_OPTIONS,
+    name="humaneval+", kind="code", size=164, to_sample=humaneval_plus_row,
     source=HubSource("evalplus/humanevalplus", ((None, "test"),)),
-    grading="EvalPlus `check(candidate)` (base + extra inputs) passes in the sandbox"))
+    grading="EvalPlus's `check(candidate)` passes as its evaluator judges, 4 s/input"))
 DEEPCODER = register_benchmark(Benchmark(
     name="deepcoder", kind="code", size=24287, role="train", to_sample=deepcoder_row,
     source=HubSource("agentica-org/DeepCoder-Preview-Dataset",

@@ -4,8 +4,11 @@ Parsed with `ast`, never executed. Covered forms (arguments and expected values 
 literals or arithmetic on literals): `candidate(a) == lit` (either side), `tuple(candidate(a))
 == tuple(lit)`, `candidate(a) is True|False|None`,
 `candidate(a)`, `not candidate(a)`, `abs(candidate(a) - lit) < tol` (also `<=`, `math.fabs`,
-either operand order); `assert True`, docstrings and imports are skipped. Anything else (loops,
-helpers, random inputs) returns None and the caller falls back to the two-process `check` mode.
+either operand order); `assert True`, docstrings and imports are skipped. An argument that is a
+name the problem's setup code binds (MBPP's `test_setup_code` builds `root = Node(1)` with the
+candidate's own class) becomes a `Ref`, resolved in the candidate's process. Anything else
+(loops, helpers, random inputs) returns None and the caller falls back to the two-process
+`check` mode.
 """
 
 from __future__ import annotations
@@ -30,15 +33,49 @@ class CallCase:
     """Line of the assert in the test source, for the detail."""
 
 
+@dataclass(frozen=True)
+class Ref:
+    """An argument that is an object the setup code built, named `name` in the candidate's
+    namespace."""
+
+    name: str
+    """The name the setup binds (an identifier)."""
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"Ref needs an identifier, got {self.name!r}")
+
+
 class _NotConvertible(Exception):
     pass
 
 
-def convert_check(test_src: str) -> list[CallCase] | None:
-    """The call cases of `check(candidate)` in `test_src`, or None when any statement resists."""
+def bound_names(setup: str) -> tuple[frozenset[str], str]:
+    """The objects a setup source builds (top-level names it assigns, defs, classes), and its
+    import statements (which the test needs too); nothing when it does not parse (the harness
+    then reports the error when it runs it)."""
+    try:
+        tree = ast.parse(setup)
+    except (SyntaxError, ValueError):
+        return frozenset(), ""
+    names: set[str] = set()
+    imports = [ast.get_source_segment(setup, n) or "" for n in tree.body
+               if isinstance(n, ast.Import | ast.ImportFrom)]
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign) else [])
+        names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+    return frozenset(names), "\n".join(imports)
+
+
+def convert_check(test_src: str, names: frozenset[str] = frozenset()) -> list[CallCase] | None:
+    """The call cases of `check(candidate)` in `test_src`, or None when any statement resists.
+    An argument naming one of `names` (bound by the setup code) becomes a `Ref`."""
     try:
         tree = ast.parse(test_src)
-    except SyntaxError:
+    except (SyntaxError, ValueError):  # ValueError: a null byte; over-long int literals
         return None
     checks = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
     if len(checks) != 1 or len(checks[0].args.args) != 1:
@@ -48,13 +85,13 @@ def convert_check(test_src: str) -> list[CallCase] | None:
     cases: list[CallCase] = []
     try:
         for stmt in fn.body:
-            cases.extend(_statement(stmt, cand))
+            cases.extend(_statement(stmt, cand, names))
     except _NotConvertible:
         return None
     return cases or None
 
 
-def _statement(stmt: ast.stmt, cand: str) -> list[CallCase]:
+def _statement(stmt: ast.stmt, cand: str, names: frozenset[str]) -> list[CallCase]:
     if isinstance(stmt, ast.Import | ast.ImportFrom | ast.Pass):
         return []
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant | ast.Name):
@@ -66,35 +103,35 @@ def _statement(stmt: ast.stmt, cand: str) -> list[CallCase]:
     test = stmt.test
     if isinstance(test, ast.Constant) and test.value is True:
         return []
-    return [_assertion(test, cand, stmt.lineno)]
+    return [_assertion(test, cand, stmt.lineno, names)]
 
 
-def _assertion(test: ast.expr, cand: str, line: int) -> CallCase:
+def _assertion(test: ast.expr, cand: str, line: int, names: frozenset[str]) -> CallCase:
     if _is_call(test, cand):
-        return _case(test, "truthy", None, line)
+        return _case(test, "truthy", None, line, names)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and _is_call(test.operand,
                                                                                     cand):
-        return _case(test.operand, "falsy", None, line)
+        return _case(test.operand, "falsy", None, line, names)
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         raise _NotConvertible
     left, op, right = test.left, test.ops[0], test.comparators[0]
     if isinstance(op, ast.Eq):
         call, other = (left, right) if _is_call(_unwrap_tuple(left), cand) else (right, left)
         if _is_call(call, cand):
-            return _case(call, "eq", _literal(other), line)
+            return _case(call, "eq", _literal(other), line, names)
         if _is_call(_unwrap_tuple(call), cand) and _unwrap_tuple(other) is not other:
             return _case(_unwrap_tuple(call), "eq_tuple", tuple(_literal(_unwrap_tuple(other))),
-                         line)
+                         line, names)
         raise _NotConvertible
     if isinstance(op, ast.Is) and _is_call(left, cand):
         value = _literal(right)
         if not (value is True or value is False or value is None):
             raise _NotConvertible
-        return _case(left, "is", value, line)
+        return _case(left, "is", value, line, names)
     if isinstance(op, ast.Lt | ast.LtE):
         call, expected = _abs_difference(left, cand)
         name = "abs_lt" if isinstance(op, ast.Lt) else "abs_le"
-        return _case(call, name, expected, line, tol=_number(_literal(right)))
+        return _case(call, name, expected, line, names, tol=_number(_literal(right)))
     raise _NotConvertible
 
 
@@ -137,12 +174,14 @@ def _is_call(node: ast.expr, cand: str) -> bool:
             and node.func.id == cand)
 
 
-def _case(call: ast.Call, op: str, expected: Any, line: int, tol: float = 0.0) -> CallCase:
+def _case(call: ast.Call, op: str, expected: Any, line: int, names: frozenset[str],
+          tol: float = 0.0) -> CallCase:
     if any(isinstance(a, ast.Starred) for a in call.args):
         raise _NotConvertible
     if any(k.arg is None for k in call.keywords):
         raise _NotConvertible
-    args = tuple(_literal(a) for a in call.args)
+    args = tuple(Ref(a.id) if isinstance(a, ast.Name) and a.id in names else _literal(a)
+                 for a in call.args)
     kwargs = tuple((k.arg, _literal(k.value)) for k in call.keywords)
     return CallCase(args=args, kwargs=kwargs, op=op, expected=expected, tol=tol, line=line)
 

@@ -3,73 +3,50 @@
 Stdin holds a marshal-encoded spec (from the trusted parent) with `mode` and a per-run `nonce`,
 then the `n` tests' inputs, one marshal frame each, read one test at a time so this process never
 holds them all:
-- `call`: import `prog.py` once, call `fn_name` on each test's arguments (one frame per call)
-  with a per-call deadline and print each result as strict tagged JSON (plain types only, checked
-  with `type(x) is int` captured before the candidate runs). The PARENT compares; expected values
-  are never sent here.
+- `call`: import `prog.py` once (then the problem's `setup`, e.g. MBPP's `test_setup_code`, in
+  the candidate's namespace), call `fn_name` on each test's arguments (one frame per call) with a
+  per-call deadline and print each result as strict tagged JSON (`encode`). The PARENT compares;
+  expected values are never sent here.
 - `stdio`: run `python -I prog.py` once per test (own session, deadline), stdin from a file
   holding that test's input, stdout to a capped file; report the output, the parent compares.
-- `check`: HumanEval asserts that could not be turned into call tests. This process (trusted,
-  non-dumpable) runs `check` and relays every `candidate(...)` call to a second process (`serve`
-  mode) holding the candidate, so the candidate never shares a process with the expected values.
-A spec's `int_digits` sets the candidate's int <-> str digit limit. Result lines are `<nonce>
-<json>` on a private copy of fd 1 (the candidate's fd 1 goes to stderr). Only builtin modules load
-on the `call` path (no json/re/subprocess): start-up is most of a grading run's cost.
+- `check`: asserts that could not be turned into call tests (HumanEval, EvalPlus). This process
+  (trusted, non-dumpable) runs `check` and relays every `candidate(...)` call to a second process
+  (`serve` mode) holding the candidate, so the candidate never shares a process with the
+  expected values; each call has its own deadline, as EvalPlus gives each input one.
+Values cross as tagged strict JSON (codec.py, shipped beside this file: Counter, namedtuple, big
+ints, inf/nan... decode into the same types on the trusted side). A spec's `int_digits` sets the
+candidate's int <-> str digit limit. Result lines are
+`<nonce> <json>` on a private copy of fd 1 (the candidate's fd 1 goes to stderr). Only builtin
+modules load on the `call` path (no json/re/subprocess): start-up is most of a grading run's cost.
 """
 
 import _signal
 import marshal
-import math
 import os
 import sys
 import time
 
 # Captured before any candidate code can patch builtins or modules.
-_type, _len, _repr, _str, _isfinite = type, len, repr, str, math.isfinite
+_type, _len, _repr, _str = type, len, repr, str
 _write, _exit, _monotonic = os.write, os._exit, time.monotonic
 _setitimer, _BaseException, _ValueError = _signal.setitimer, BaseException, ValueError
 _load = marshal.load
-MAX_DEPTH = 100
-_ESCAPES = {i: f"\\u{i:04x}" for i in range(32)}
-_ESCAPES.update({ord('"'): '\\"', ord("\\"): "\\\\"})
 
 
-class NotPlain(Exception):
-    """A value that is not made of plain types (None, bool, int, float, str, list, tuple, dict)."""
+def _load_codec():
+    """codec.py (beside this file) run from its path before any candidate code: `-I` keeps the
+    working directory, which the candidate can write to, off sys.path."""
+    ns = {"__name__": "codec", "__builtins__": __builtins__}
+    with open("codec.py", encoding="utf-8") as fh:
+        exec(compile(fh.read(), "codec.py", "exec"), ns)
+    return ns["encode"], ns["decode"]
+
+
+encode, decode = _load_codec()
 
 
 class Deadline(BaseException):
     """Raised by SIGALRM when a call passes its deadline."""
-
-
-def encode(x, depth=0):
-    """Strict JSON text of a plain value; tuple/dict/set become {"tuple"|"dict"|"set": [...]}."""
-    if depth > MAX_DEPTH:
-        raise NotPlain("nested too deep")
-    t = _type(x)
-    if x is None:
-        return "null"
-    if t is bool:
-        return "true" if x else "false"
-    if t is int:
-        return int.__repr__(x)  # ValueError past the int-to-str digit limit
-    if t is float:
-        if not _isfinite(x):
-            raise NotPlain("non-finite float " + float.__repr__(x))
-        return float.__repr__(x)
-    if t is str:
-        return '"' + str.translate(x, _ESCAPES) + '"'
-    if t is list:
-        return "[" + ",".join([encode(v, depth + 1) for v in x]) + "]"
-    if t is tuple:
-        return '{"tuple":[' + ",".join([encode(v, depth + 1) for v in x]) + "]}"
-    if t is dict:
-        pairs = ["[" + encode(k, depth + 1) + "," + encode(v, depth + 1) + "]"
-                 for k, v in dict.items(x)]
-        return '{"dict":[' + ",".join(pairs) + "]}"
-    if t is set or t is frozenset:
-        return '{"set":[' + ",".join([encode(v, depth + 1) for v in x]) + "]}"
-    raise NotPlain("value of type " + t.__name__)
 
 
 def record(fields, value_json=None):
@@ -105,14 +82,18 @@ def _failure(kind, e):
     return {"ok": False, "kind": kind, "error": _type(e).__name__ + ": " + _str(e)[:200]}
 
 
-def load_candidate(prelude, timeout_s):
-    """(namespace, None), or (None, failure fields) when the module-level code fails."""
+def load_candidate(prelude, timeout_s, setup=""):
+    """(namespace, None), or (None, failure fields) when the module-level code fails. `setup`
+    runs after the candidate's code, in its namespace (MBPP builds test objects with the
+    candidate's own classes)."""
     ns = {"__name__": "candidate", "__builtins__": __builtins__}
     _setitimer(_signal.ITIMER_REAL, timeout_s)
     try:
         with open("prog.py", encoding="utf-8", errors="replace") as fh:
             source = fh.read()
         exec(compile(prelude + "\n" + source, "prog.py", "exec"), ns)
+        if setup:
+            exec(compile(setup, "setup.py", "exec"), ns)
         return ns, None
     except Deadline:
         return None, {"ok": False, "kind": "timeout", "error": "time limit exceeded at import"}
@@ -149,33 +130,41 @@ def timed_call(fn, args, kwargs, timeout_s):
         return {"ok": False, "kind": "timeout", "error": "time limit exceeded (alarm caught)"}, None
     try:
         return {"ok": True}, encode(value)
-    except (NotPlain, RecursionError, _ValueError) as e:
+    except _BaseException as e:  # NotPlain, a big int's ValueError, the candidate's __bool__
         return {"ok": False, "kind": "not_plain", "error": _str(e)[:200]}, None
 
 
 def _candidate_fn(spec):
-    """(function, None) or (None, failure fields)."""
-    ns, err = load_candidate(spec.get("prelude", ""), spec["timeout_s"])
+    """((function, its namespace), None) or (None, failure fields)."""
+    ns, err = load_candidate(spec.get("prelude", ""), spec["timeout_s"], spec.get("setup", ""))
     if ns is None:
         return None, err
     try:
-        return resolve(ns, spec["fn_name"]), None
+        return (resolve(ns, spec["fn_name"]), ns), None
     except _BaseException as e:
         return None, _failure("import", e)
+
+
+def _call(found, call, timeout_s):
+    """One call of the candidate: its arguments, with the names `refs` points at (objects the
+    setup built) taken from the candidate's namespace."""
+    fn, ns = found
+    args = list(call["args"])
+    for i, name in call.get("refs", ()):
+        if name not in ns:
+            return _failure("exception", NameError("name " + _repr(name) + " is not defined")), None
+        args[i] = ns[name]
+    return timed_call(fn, args, call.get("kwargs", {}), timeout_s)
 
 
 def run_call(spec, chan, tests):
     _signal.signal(_signal.SIGALRM, _on_alarm)
     if spec.get("int_digits"):
         sys.set_int_max_str_digits(spec["int_digits"])
-    fn, err = _candidate_fn(spec)
+    found, err = _candidate_fn(spec)
     for i in range(spec["n"]):
         call = _load(tests)
-        if fn is None:
-            fields, value = err, None
-        else:
-            fields, value = timed_call(fn, call["args"], call.get("kwargs", {}),
-                                       spec["timeout_s"])
+        fields, value = (err, None) if found is None else _call(found, call, spec["timeout_s"])
         del call  # only the candidate may keep this test's arguments
         chan.emit(record(dict(fields, i=i), value))
 
@@ -183,16 +172,16 @@ def run_call(spec, chan, tests):
 def run_serve(spec, chan, requests):
     """Answer one call per marshal frame until EOF (the `check` process drives this)."""
     _signal.signal(_signal.SIGALRM, _on_alarm)
-    fn, err = _candidate_fn(spec)
+    found, err = _candidate_fn(spec)
     while True:
         try:
             req = marshal.load(requests)
         except EOFError:
             return
-        if fn is None:
+        if found is None:
             chan.emit(record(err))
         else:
-            chan.emit(record(*timed_call(fn, req["args"], req["kwargs"], spec["timeout_s"])))
+            chan.emit(record(*_call(found, req, spec["timeout_s"])))
 
 
 def _wait(pid, timeout_s):
@@ -260,8 +249,16 @@ def run_stdio(spec, chan, tests):
         chan.emit(run_stdio_test(i, argv, spec["timeout_s"], spec["out_cap"]))
 
 
+class Remote:
+    """In the check process, a name the problem's setup binds in the candidate's process."""
+
+    def __init__(self, name):
+        self.name = name
+
+
 class Candidate:
-    """`candidate(...)` inside `check`: relays the call to the serve process, decodes its answer."""
+    """`candidate(...)` inside `check`: relays the call to the serve process, decodes its answer;
+    a call past its deadline raises Deadline, as EvalPlus times each input."""
 
     def __init__(self, spec, subprocess):
         self.nonce = os.urandom(16).hex()
@@ -277,7 +274,11 @@ class Candidate:
         import json
 
         self.calls += 1
-        self.proc.stdin.write(marshal.dumps({"args": list(args), "kwargs": kwargs}))
+        args = list(args)
+        refs = [[i, a.name] for i, a in enumerate(args) if _type(a) is Remote]
+        for i, _ in refs:
+            args[i] = None
+        self.proc.stdin.write(marshal.dumps({"args": args, "kwargs": kwargs, "refs": refs}))
         self.proc.stdin.flush()
         _setitimer(_signal.ITIMER_REAL, self.timeout_s + 1.0)
         try:
@@ -289,28 +290,14 @@ class Candidate:
             raise RuntimeError("candidate process gave no answer (exited or garbled)")
         answer = json.loads(line[_len(prefix):], parse_constant=_reject_constant)
         if answer.get("ok") is not True:
+            if answer.get("kind") == "timeout":
+                raise Deadline()
             raise RuntimeError("candidate call failed: " + _str(answer.get("error")))
         return decode(answer["value"])
 
 
 def _reject_constant(name):
     raise _ValueError(name + " is not strict JSON")
-
-
-def decode(x):
-    """Tagged JSON (as `encode` writes it) -> Python value."""
-    if _type(x) is list:
-        return [decode(v) for v in x]
-    if _type(x) is dict:
-        (tag, items), = x.items()
-        if tag == "tuple":
-            return tuple(decode(v) for v in items)
-        if tag == "set":
-            return {decode(v) for v in items}
-        if tag == "dict":
-            return {decode(k): decode(v) for k, v in items}
-        raise NotPlain("unknown tag " + _repr(tag))
-    return x
 
 
 def run_check(spec, chan, tests):
@@ -322,6 +309,9 @@ def run_check(spec, chan, tests):
     _signal.signal(_signal.SIGALRM, _on_alarm)
     cand = Candidate(spec, subprocess)
     ns = {"__name__": "checker", "__builtins__": __builtins__}
+    ns.update({name: Remote(name) for name in spec.get("setup_names", ())})
+    if hasattr(sys, "set_int_max_str_digits"):  # EvalPlus's tests hold integer literals
+        sys.set_int_max_str_digits(0)           # past the default 4,300 digits
     try:
         exec(compile(spec.get("prelude", "") + "\n" + spec["test"], "check.py", "exec"), ns)
         ns[spec["fn_name"]] = cand  # the original ran prompt + completion + test in one module

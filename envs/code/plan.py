@@ -4,8 +4,9 @@
 and returns a `Plan`: the harness spec, the test inputs as marshal frames that follow it on the
 harness's stdin (read one test at a time, so the harness never holds them all), and a judge
 comparing one harness record with the expected value under the problem's comparison rule
-(envs/code/rules.py). Expected values stay in this process; comparison is on plain values decoded
-from strict tagged JSON, so no object from the candidate's process ever reaches `==` here.
+(envs/code/rules.py). Expected values stay in this process; comparison is on values decoded from
+strict tagged JSON (envs/code/codec.py) into builtin and `collections` types, so no object from
+the candidate's process ever reaches `==` here.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from functools import lru_cache
 from typing import Any
 
 from scalerl.envs.base import truncate
-from scalerl.envs.code.asserts import convert_check
+from scalerl.envs.code.asserts import Ref, bound_names, convert_check
+from scalerl.envs.code.codec import decode
 from scalerl.envs.code.rules import Rule, as_json, get_rule, is_number, stdio_equal, values_equal
 
 __all__ = ["COMPARATORS", "Plan", "TestFormatError", "as_json", "plan_tests", "stdio_equal",
@@ -46,27 +48,18 @@ class Plan:
     """Bytes of the largest test input (the harness holds one at a time)."""
     expected_bytes: int = 0
     """Size of the expected results, to size the run's output allowance."""
+    budget_s: float | None = None
+    """Seconds the whole run may take past start-up; None: every test's deadline added up."""
+
+    def __post_init__(self) -> None:
+        if self.budget_s is not None and not self.budget_s > 0:
+            raise ValueError(f"budget_s must be > 0, got {self.budget_s!r}")
 
 
 # --- comparison (the parent side; values are plain, decoded from strict JSON) ------------------
 def untag(x: Any) -> Any:
-    """Decode the harness's tagged JSON; raises ValueError on anything malformed."""
-    if isinstance(x, list):
-        return [untag(v) for v in x]
-    if isinstance(x, dict):
-        if len(x) != 1:
-            raise ValueError("malformed tagged value")
-        ((tag, items),) = x.items()
-        if tag not in ("tuple", "dict", "set") or not isinstance(items, list):
-            raise ValueError(f"unknown tag {tag!r}")
-        if tag == "tuple":
-            return tuple(untag(v) for v in items)
-        if tag == "set":
-            return {untag(v) for v in items}
-        if not all(isinstance(kv, list) and len(kv) == 2 for kv in items):
-            raise ValueError("malformed dict")
-        return {untag(k): untag(v) for k, v in items}
-    return x
+    """Decode the harness's tagged JSON (envs/code/codec.py); ValueError on anything malformed."""
+    return decode(x)
 
 
 COMPARATORS = {
@@ -168,18 +161,19 @@ def _plan_call(tests: Mapping[str, Any], timeout_s: float, float_tol: float | No
         return ("pass", "") if ok else ("wrong", _mismatch(inputs[i], expected, actual))
 
     return _call_plan(fn_name, str(tests.get("prelude", "")), timeout_s,
-                      [(a, {}) for a in inputs], judge, rule, _size(outputs))
+                      [{"args": a, "kwargs": {}} for a in inputs], judge, rule, _size(outputs))
 
 
-def _call_plan(fn_name: str, prelude: str, timeout_s: float, calls: list[tuple[list, dict]],
-               judge: Judge, rule: Rule, expected_bytes: int) -> Plan:
-    """A `call` plan: one marshal frame per call, read one at a time."""
+def _call_plan(fn_name: str, prelude: str, timeout_s: float, calls: list[dict[str, Any]],
+               judge: Judge, rule: Rule, expected_bytes: int, setup: str = "") -> Plan:
+    """A `call` plan: one marshal frame per call ({args, kwargs, refs}), read one at a time;
+    `setup` runs in the candidate's namespace after its code."""
     try:
-        frames = [marshal.dumps({"args": list(a), "kwargs": dict(k)}) for a, k in calls]
+        frames = [marshal.dumps(call) for call in calls]
     except ValueError as e:  # a value marshal cannot write (only plain data crosses)
         raise TestFormatError(f"call arguments must be plain data: {e}") from None
     spec = {"mode": "call", "fn_name": fn_name, "timeout_s": timeout_s, "prelude": prelude,
-            "n": len(calls), "int_digits": rule.int_max_str_digits}
+            "setup": setup, "n": len(calls), "int_digits": rule.int_max_str_digits}
     return Plan(spec, len(calls), judge, rule, b"".join(frames), max(map(len, frames)),
                 expected_bytes)
 
@@ -193,10 +187,11 @@ def _plan_assert(tests: Mapping[str, Any], timeout_s: float, float_tol: float | 
     test, entry = tests.get("test"), tests.get("entry_point")
     if not isinstance(test, str) or not isinstance(entry, str) or not entry.isidentifier():
         raise TestFormatError("assert tests need `test` (source with check()) and `entry_point`")
-    prelude = str(tests.get("prelude", ""))
-    cases = _converted(test)
+    prelude, setup = str(tests.get("prelude", "")), str(tests.get("setup", ""))
+    names, imports = bound_names(setup)
+    cases = _converted(test, names)
     if cases is None:
-        return _plan_check(test, entry, prelude, timeout_s)
+        return _plan_check(tests, test, entry, timeout_s, names, imports)
 
     def judge(i: int, rec: Mapping[str, Any]) -> tuple[str, str]:
         actual, why = _value(rec, timeout_s)
@@ -208,26 +203,43 @@ def _plan_assert(tests: Mapping[str, Any], timeout_s: float, float_tol: float | 
         return "wrong", f"line {case.line} ({case.op}): " + _mismatch(case.args, case.expected,
                                                                     actual)
 
-    calls = [(list(c.args), dict(c.kwargs)) for c in cases]
-    return _call_plan(entry, prelude, timeout_s, calls, judge, rule,
-                      _size([c.expected for c in cases]))
+    return _call_plan(entry, prelude, timeout_s, [_call_spec(c) for c in cases], judge, rule,
+                      _size([c.expected for c in cases]), setup)
 
 
-def _plan_check(test: str, entry: str, prelude: str, timeout_s: float) -> Plan:
+def _call_spec(case: Any) -> dict[str, Any]:
+    """A converted assert as the harness's call: a name the setup binds goes as a reference."""
+    refs = [[i, a.name] for i, a in enumerate(case.args) if isinstance(a, Ref)]
+    args = [None if isinstance(a, Ref) else a for a in case.args]
+    return {"args": args, "kwargs": dict(case.kwargs), "refs": refs}
+
+
+def _plan_check(tests: Mapping[str, Any], test: str, entry: str, timeout_s: float,
+                names: frozenset[str], imports: str) -> Plan:
+    """The two-process `check` mode: each candidate call has `timeout_s`; the whole check has
+    the tests' own `run_timeout_s` (EvalPlus gives a task 60 s), else one call's deadline. The
+    setup's imports join the prelude (the test uses them: MBPP's `import math`); the objects it
+    builds stay in the candidate's process."""
+    budget = tests.get("run_timeout_s")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float)
+                               or not budget > 0):
+        raise TestFormatError(f"run_timeout_s must be a number > 0, got {budget!r}")
+
     def judge(i: int, rec: Mapping[str, Any]) -> tuple[str, str]:
         if rec.get("passed") is True and isinstance(rec.get("calls"), int) and rec["calls"] > 0:
             return "pass", ""
         kind = {"timeout": "timeout", "bad_test": "error"}.get(str(rec.get("kind")), "wrong")
         return kind, f"check() failed: {truncate(str(rec.get('error')), 200)}"
 
-    spec = {"mode": "check", "fn_name": entry, "test": test, "prelude": prelude,
-            "timeout_s": timeout_s}
-    return Plan(spec, 1, judge)
+    spec = {"mode": "check", "fn_name": entry, "test": test, "timeout_s": timeout_s,
+            "prelude": "\n".join(filter(None, [str(tests.get("prelude", "")), imports])),
+            "setup": str(tests.get("setup", "")), "setup_names": sorted(names)}
+    return Plan(spec, 1, judge, budget_s=float(budget) if budget is not None else None)
 
 
 @lru_cache(maxsize=4096)
-def _converted(test: str) -> tuple | None:
-    cases = convert_check(test)
+def _converted(test: str, names: frozenset[str]) -> tuple | None:
+    cases = convert_check(test, names)
     return tuple(cases) if cases is not None else None
 
 

@@ -39,6 +39,8 @@ CODE_SYSTEM_PROMPT = (
 DEFAULT_TEST_TIMEOUT_S = 4.0
 HARNESS = Path(__file__).with_name("harness.py")
 """The in-sandbox harness, read as a file and run as `harness.py` beside the candidate."""
+CODEC = Path(__file__).with_name("codec.py")
+"""The value codec, shipped beside the harness (which loads it from its file)."""
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 
@@ -89,17 +91,19 @@ def _backend(sandbox: SandboxConfig) -> Any:
 
 def default_limits(n_tests: int, test_timeout_s: float, sandbox: SandboxConfig, *,
                    rule: Rule | None = None, data_bytes: int = 0,
-                   expected_bytes: int = 0) -> Limits:
+                   expected_bytes: int = 0, budget_s: float | None = None) -> Limits:
     """The whole run's limits. Wall and CPU: the rule's own global limit when it has one (e.g.
-    LiveCodeBench's (timeout + 1) * tests + 5 s), else start-up plus every test's deadline capped
-    at the sandbox settings' `max_run_s`. Memory: the settings' `memory_mb` for the program, plus
+    LiveCodeBench's (timeout + 1) * tests + 5 s), else start-up plus every test's deadline (or the
+    plan's own `budget_s`, e.g. EvalPlus's 60 s a task) capped at the sandbox settings'
+    `max_run_s`. Memory: the settings' `memory_mb` for the program, plus
     room for the test data the harness holds (`data_bytes`: one test's input, read and written as
     the program's stdin file), rounded up to a power of two MiB so warm workers are shared.
     Output: room for every expected result besides the usual 16 MiB."""
     if rule is not None and rule.run_wall_s is not None:
         wall = rule.run_wall_s(n_tests, test_timeout_s)
     else:
-        wall = min(sandbox.max_run_s, 3.0 + n_tests * test_timeout_s)
+        wall = min(sandbox.max_run_s, 3.0 + (n_tests * test_timeout_s if budget_s is None
+                                             else budget_s))
     return Limits(wall_s=wall, cpu_s=wall, memory_mb=sandbox.memory_mb + data_mb(data_bytes),
                   output_bytes=(16 << 20) + 2 * expected_bytes)
 
@@ -209,10 +213,12 @@ def score_code(
     nonce = secrets.token_hex(16)
     # trusted direction: parent -> harness; the spec, then the tests' inputs one frame each
     stdin = marshal.dumps(dict(plan.spec, nonce=nonce)) + plan.frames
-    files = {"harness.py": _harness_source(), "prog.py": code.encode("utf-8", "replace")}
+    files = {"harness.py": _harness_source(HARNESS), "codec.py": _harness_source(CODEC),
+             "prog.py": code.encode("utf-8", "replace")}
     run_limits = limits or default_limits(
         plan.n_tests, plan.spec["timeout_s"], sandbox, rule=plan.rule,
-        data_bytes=2 * plan.largest_input, expected_bytes=plan.expected_bytes)
+        data_bytes=2 * plan.largest_input, expected_bytes=plan.expected_bytes,
+        budget_s=plan.budget_s)
     try:
         res = _backend(sandbox).run(["python", "harness.py"], stdin=stdin, files=files,
                                     limits=run_limits)
@@ -244,9 +250,9 @@ def _plan(tests: Any, code: str, float_outputs: bool, float_tol: float,
     return plan, code
 
 
-@lru_cache(maxsize=1)
-def _harness_source() -> bytes:
-    return HARNESS.read_bytes()
+@lru_cache(maxsize=2)
+def _harness_source(path: Path) -> bytes:
+    return path.read_bytes()
 
 
 CODE_OPTIONS: tuple[str, ...] = ("requires_thinking", "limits", "float_outputs", "float_tol",

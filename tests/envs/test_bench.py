@@ -9,7 +9,9 @@ the preflight is one line naming the hub id and the `--data` fix.
 from __future__ import annotations
 
 import base64
+import io
 import json
+import marshal
 import pickle
 import zlib
 
@@ -69,8 +71,16 @@ def test_code_samples_carry_their_tests(copies):
     literal = plan_tests(mbpp[0].tests, timeout_s=1.0, float_tol=None)
     assert literal.spec["mode"] == "call" and literal.n_tests == 3  # asserts -> call tests
     assert plan_tests(mbpp[1].tests, timeout_s=1.0, float_tol=None).spec["mode"] == "check"
-    plus = local("humaneval+", copies).samples("test")[4]
-    assert "import numpy" not in plus.tests["test"] and "check(fib)" not in plus.tests["test"]
+    planned = plan_tests(mbpp[-1].tests, timeout_s=1.0, float_tol=None)  # MBPP 927
+    setup = planned.spec
+    assert setup["setup"] == bf.MBPP_SETUP_ROW["test_setup_code"] and setup["mode"] == "call"
+    frames = io.BytesIO(planned.frames)
+    calls = [marshal.load(frames) for _ in range(planned.n_tests)]
+    assert [c["refs"] for c in calls] == [[[0, "root"]], [[0, "root1"]], [[0, "root2"]]]
+    plus = {s.id: s.tests for s in local("humaneval+", copies).samples("test")}
+    assert "import numpy" not in plus["HumanEval/32"]["test"]
+    assert "abs(_poly(*inp, candidate(*inp))) <= 0.0001" in plus["HumanEval/32"]["test"]
+    assert (plus["HumanEval/0"]["timeout_s"], plus["HumanEval/0"]["run_timeout_s"]) == (4.0, 60.0)
 
 
 def deepcoder_samples(copies):

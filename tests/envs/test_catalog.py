@@ -123,6 +123,7 @@ def test_registry_and_kinds_import_only_the_shapes():
     assert deps == {"scalerl.envs.base", "scalerl.envs.grading"}  # shapes: Sample, Score, Grading
 
 
-def test_the_sandbox_harness_imports_only_the_standard_library():
-    names = {m.split(".")[0] for m, _ in imports_of(ENVS / "code" / "harness.py")}
+@pytest.mark.parametrize("inside", ["harness.py", "codec.py"])
+def test_the_sandbox_harness_imports_only_the_standard_library(inside):
+    names = {m.split(".")[0] for m, _ in imports_of(ENVS / "code" / inside)}
     assert names <= set(sys.stdlib_module_names), names - set(sys.stdlib_module_names)

@@ -111,7 +111,7 @@ def test_tasks_list_shows_hub_ids_and_card_sizes_and_show_reads_a_copy(copies, c
     assert rows["math500"]["source"] == "hub HuggingFaceH4/MATH-500 (test)"
     assert rows["deepcoder"]["splits"] == {"train": 24287}
     assert rows["gsm8k"]["grading"] == "the number after `#### ` in `answer`, math-verify"
-    assert rows["mbpp"]["splits"] == {"test": 5} and "declared" not in rows["mbpp"]
+    assert rows["mbpp"]["splits"] == {"test": 6} and "declared" not in rows["mbpp"]
     family = rows["livecodebench:<name>"]["source"]
     assert family.endswith("(hub livecodebench/code_generation_lite)")
     # 2025-02-20 is in; 2025-02-28T09:30 is not: the end is 2025-02-28 00:00, as in LCB
