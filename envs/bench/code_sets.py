@@ -153,18 +153,22 @@ def deepcoder_row(row: Mapping[str, Any], task: str) -> Sample:
 
 MBPP = register_benchmark(Benchmark(
     name="mbpp", kind="code", size=500, to_sample=mbpp_row,
-    source=HubSource("google-research-datasets/mbpp", (("full", "test"),)),
+    source=HubSource("google-research-datasets/mbpp", (("full", "test"),),
+                     revision="4bb6404fdc6cacfda99d4ac4205087b89d32030c"),
     grading="all `test_list` asserts pass in the sandbox"))
 MBPP_PLUS = register_benchmark(Benchmark(
     name="mbpp+", kind="code", size=378, to_sample=mbpp_plus_row, options=PLUS_OPTIONS,
-    source=HubSource("evalplus/mbppplus", ((None, "test"),)),
+    source=HubSource("evalplus/mbppplus", ((None, "test"),),
+                     revision="b2d74c91837c3f2a20c1299ae98133cbe7cfa077"),
     grading="EvalPlus base + extra tests (`test`) pass in the sandbox"))
 HUMANEVAL_PLUS = register_benchmark(Benchmark(
     name="humaneval+", kind="code", size=164, to_sample=humaneval_plus_row, options=PLUS_OPTIONS,
-    source=HubSource("evalplus/humanevalplus", ((None, "test"),)),
+    source=HubSource("evalplus/humanevalplus", ((None, "test"),),
+                     revision="d32357cf319e50e9c8d8dab5ea876c72b0fd321b"),
     grading="EvalPlus `check(candidate)` (base + extra inputs) passes in the sandbox"))
 DEEPCODER = register_benchmark(Benchmark(
     name="deepcoder", kind="code", size=24287, role="train", to_sample=deepcoder_row,
     source=HubSource("agentica-org/DeepCoder-Preview-Dataset",
-                     (("primeintellect", "train"), ("taco", "train"), ("lcbv5", "train"))),
+                     (("primeintellect", "train"), ("taco", "train"), ("lcbv5", "train")),
+                     revision="177913a7bd43791646ef6a43645caa3c871ab3db"),
     grading="every test (stdin/stdout or call) passes in the sandbox"))

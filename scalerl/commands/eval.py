@@ -36,7 +36,7 @@ from scalerl.commands.engine_args import (
 )
 from scalerl.envs.grading import Grading
 from scalerl.evaluation.protocols import protocol_names
-from scalerl.local_data import add_data_arg
+from scalerl.local_data import add_task_args
 from scalerl.rollout.engine_config import EngineConfig
 
 HELP = "evaluate checkpoints on held-out sets (unbiased pass@k, mean@n), or aggregate rollouts"
@@ -103,7 +103,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--out", metavar="DIR", help="results.json, results.md, results.png, cache/")
     g.add_argument("--chunk", type=int, default=64,
                    help="samples per generation call (the unit saved to the cache)")
-    add_data_arg(g)
+    add_task_args(g)
     add_budget_args(parser)
     add_engine_args(parser)
     add_grading_args(parser)
@@ -165,11 +165,12 @@ def run_config_of(paths: list[str]):
 def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
     """Settings, models and engine of a --model run; ValueError before any engine starts."""
     from scalerl.evaluation.report import resolve_models
-    from scalerl.local_data import parse_data, resolve_tasks
+    from scalerl.local_data import sources_from_args, unused_note
     from scalerl.preflight import check_tasks, task_problems
 
     if any(v is not None and v < 1 for v in (args.n, args.limit, args.chunk)):
         raise ValueError("--n, --limit and --chunk must be >= 1")
+    sources = sources_from_args(args)  # --spec first: a run's tasks may come from a spec
     if not args.model:
         if not args.server:
             raise ValueError("give --rollouts FILE, or --model PATH (or --server URL: the "
@@ -182,9 +183,11 @@ def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
     names = _names(args.tasks) if args.tasks else tuple(t.name for t in run_cfg.tasks)
     if not names:
         raise ValueError(f"--tasks {args.tasks!r} names no task; e.g. --tasks math500,gsm8k")
-    data = parse_data(args.data)
-    train = _train_mix(args, run_cfg, data)
-    objects = resolve_tasks(names, data, also=train)
+    train = _train_mix(args, run_cfg, sources)
+    objects = sources.resolve(names)
+    note = unused_note("eval", sources, [*names, *train])
+    if note:
+        print(note, file=sys.stderr)
     for task in objects.values():
         task.check_split(args.split)
     graded = grading(args, run_cfg.grading if run_cfg is not None else None)  # as it trained
@@ -207,14 +210,13 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
-def _train_mix(args, run_cfg, data: dict) -> dict:
-    """The training tasks to check against: --train-tasks (with --data), else the run's own
-    (with their `data:`), else none."""
-    from scalerl.local_data import data_for, task_with_data
+def _train_mix(args, run_cfg, sources) -> dict:
+    """The training tasks to check against: --train-tasks (with --data/--revision), else the
+    run's own (with their `data:`/`revision:`), else none."""
     from scalerl.training import run_tasks
 
     if args.train_tasks:
-        return {n: task_with_data(n, data_for(n, data)) for n in _names(args.train_tasks)}
+        return sources.resolve(_names(args.train_tasks))
     return {} if run_cfg is None else run_tasks(run_cfg)
 
 

@@ -155,7 +155,8 @@ def test_missing_field_names_file_row_field_and_the_fields_that_exist(tmp_path, 
     with pytest.raises(DataError) as info:
         task.samples("train")
     msg = str(info.value)
-    assert msg == f"{data}: row 2: field 'answer' is missing (row has: q, ans)"
+    assert msg == (f"{data}: 1 of 2 rows unusable, more than max_bad_fraction 0.01; row 2: "
+                   "field 'answer' is missing (columns: q, ans)")
 
 
 def test_no_prompt_column_lists_the_columns(tmp_path, toy_kind):
@@ -234,7 +235,9 @@ def test_math_format_solution_without_boxed_is_a_row_error(tmp_path):
         {"problem": "a", "solution": "so \\boxed{2}", "level": "Level 1"},
         {"problem": "b", "solution": "the answer is 3", "level": "Level 2"},
     ])
-    with pytest.raises(DataError, match=r"math\.jsonl: row 2: field 'solution': .*no \\boxed"):
+    with pytest.raises(DataError, match=r"math\.jsonl: 1 of 2 rows unusable, more than "
+                                        r"max_bad_fraction 0.01; row 2: field 'solution': "
+                                        r".*no \\boxed"):
         FileTask("m", "math", data).samples("train")
 
 
