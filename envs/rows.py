@@ -66,7 +66,8 @@ class Skipped:
         shown = [f"{n} {reason}" for reason, n in self.reasons[:SHOWN_REASONS]]
         rest = sum(n for _, n in self.reasons[SHOWN_REASONS:])
         if rest:
-            shown.append(f"{rest} for {len(self.reasons) - SHOWN_REASONS} other reasons")
+            others = len(self.reasons) - SHOWN_REASONS
+            shown.append(f"{rest} for {others} other reason{'s' if others > 1 else ''}")
         noun = "row" if self.count == 1 else "rows"
         return f"{self.count} {noun} skipped ({'; '.join(shown)})"
 

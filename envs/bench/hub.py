@@ -188,8 +188,11 @@ def read_files(source: HubSource) -> list[dict[str, Any]]:
     from huggingface_hub import hf_hub_download
 
     datasets.disable_progress_bars()
-    paths = [hf_hub_download(source.repo, f, repo_type="dataset", revision=source.revision)
-             for f in source.files]
+    where = {"cache_dir": str(cache_dirs(source.repo)[0].parent)}  # the cache checked, now
+    if offline():
+        where["local_files_only"] = True
+    paths = [hf_hub_download(source.repo, f, repo_type="dataset", revision=source.revision,
+                             **where) for f in source.files]
     return datasets.load_dataset("json", data_files=paths, split="train").to_list()
 
 
