@@ -60,7 +60,7 @@ class Skipped:
         return dict(self.reasons)
 
     def line(self) -> str:
-        """`6 rows skipped (6 no non-empty text in column solution)`; empty when none was."""
+        """`6 rows skipped (6 no answer: `answer` empty, no `solution`)`; empty if none was."""
         if not self.reasons:
             return ""
         shown = [f"{n} {reason}" for reason, n in self.reasons[:SHOWN_REASONS]]

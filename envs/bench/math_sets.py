@@ -67,11 +67,18 @@ def _sample(task: str, row: Mapping[str, Any], problem: str, answer: str, *, id_
 
 
 def math_gold(row: Mapping[str, Any]) -> str:
-    """`answer` when the row has one, else the last `\\boxed{}` of `solution` (MATH format)."""
+    """`answer` when the row has one, else the last `\\boxed{}` of `solution` (MATH format);
+    ValueError saying which is missing (DeepScaleR has rows with neither)."""
     answer = row.get("answer")
     if answer not in (None, ""):
         return read_math_gold(answer, "answer")
-    return read_math_gold(text_of(row, "solution"), "solution")
+    solution = row.get("solution")
+    if not isinstance(solution, str) or not solution.strip():
+        raise ValueError("no answer: `answer` empty, no `solution`")
+    try:
+        return read_math_gold(solution, "solution")
+    except ValueError:
+        raise ValueError("no answer: `answer` empty, no \\boxed{} in `solution`") from None
 
 
 def math500_row(row: Mapping[str, Any], task: str) -> Sample:

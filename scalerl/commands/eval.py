@@ -294,7 +294,7 @@ def print_contamination(found: dict | None) -> None:
 
 
 def run_models(args, plan: Plan) -> int:
-    from scalerl.evaluation.report import run_eval
+    from scalerl.evaluation.report import data_lines, run_eval, task_data
     from scalerl.rollout.scorer import Scorer
 
     def make_generator(path: str):
@@ -303,8 +303,9 @@ def run_models(args, plan: Plan) -> int:
 
     try:
         found = contamination_of(plan)
+        data = task_data(plan.tasks, plan.settings.split)
         results = run_eval(plan.models, plan.settings, args.out, make_generator, chunk=args.chunk,
-                           tasks=plan.tasks, contamination=found)
+                           tasks=plan.tasks, contamination=found, data=data)
     except EngineStartError as exc:
         print(f"scalerl eval: {exc}", file=sys.stderr)
         return 2
@@ -321,6 +322,8 @@ def run_models(args, plan: Plan) -> int:
               f"{e['cached_samples']} cached)")
         print_report(e, s.ks)
     print_contamination(found)
+    for line in data_lines(data):
+        print(line)
     print(f"wrote {args.out}/results.json, {args.out}/results.md"
           + (f", {args.out}/results.png" if len(results["models"]) > 1 else ""))
     return 0

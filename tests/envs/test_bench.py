@@ -208,6 +208,7 @@ def test_the_docs_tables_name_every_builtin_with_its_hub_id_and_size():
     page = (root / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     for bench in BENCHMARKS.values():
         assert f"`{bench.source.repo}`" in page and bench.source.repo in readme, bench.name
+        assert f"| `{bench.source.revision}` |" in page, (bench.name, "its pinned revision")
         assert f"`{bench.name}`" in page, bench.name
         if bench.size_exact:
             assert f"({bench.size:,})" in page, (bench.name, bench.size)

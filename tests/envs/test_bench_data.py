@@ -118,12 +118,12 @@ def test_a_training_set_with_answerless_rows_loads_them_skipped_counted_and_repo
         get_task("deepscaler").with_data(str(path))  # the same copy: loaded once per process
     assert kept == 297 and task.skipped.count == 3 and task.skipped.rows == 300
     assert [r.getMessage() for r in caplog.records] == [
-        f"deepscaler: {path}: 3 rows skipped (2 no non-empty text in column solution; 1 the "
-        "solution has no \\boxed{} answer (MATH format needs one)) of 300 read"]
+        f"deepscaler: {path}: 3 rows skipped (2 no answer: `answer` empty, no `solution`; 1 "
+        "no answer: `answer` empty, no \\boxed{} in `solution`) of 300 read"]
     path = bf.write_jsonl(tmp_path / "bad.jsonl", bf.deepscaler_rows(100, answerless=2))
     with pytest.raises(DataError, match=r"^deepscaler: .*bad\.jsonl: 2 of 100 rows unusable, "
                                         r"more than max_bad_fraction 0.01; row 33: no "
-                                        r"non-empty text in column solution \(columns: "
+                                        r"answer: `answer` empty, no `solution` \(columns: "
                                         r"problem, answer, solution\)$"):
         get_task("deepscaler").with_data(str(path)).samples("train")
 

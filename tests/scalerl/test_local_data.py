@@ -15,6 +15,9 @@ from scalerl import cli
 from scalerl.envs import kinds, registry, spec
 
 PIN = "b6ae8c60f5c1f2b594e2140b91c49c9ad0949e29"  # DeepScaleR's pinned revision
+SKIPPED = ("2 rows skipped (1 no answer: `answer` empty, no \\boxed{} in `solution`; 1 no "
+           "answer: `answer` empty, no `solution`)")
+"""The summary of `deepscaler_rows(200, 2)`: its two answerless rows, by reason."""
 
 
 @pytest.fixture(autouse=True)
@@ -49,16 +52,14 @@ def test_tasks_list_shows_a_training_set_with_answerless_rows_skipped_and_counte
     rows = {r["name"]: r for r in map(json.loads, out.out.splitlines())}
     ds = rows["deepscaler"]
     assert sum(ds["splits"].values()) == 198 and "revision" not in ds  # a local copy
-    assert ds["skipped"] == {"no non-empty text in column solution": 1,
-                             "the solution has no \\boxed{} answer (MATH format needs one)": 1}
+    assert ds["skipped"] == {"no answer: `answer` empty, no `solution`": 1,
+                             "no answer: `answer` empty, no \\boxed{} in `solution`": 1}
     assert rows["polaris"]["revision"] == "296f8e34132e63f4a1d70e0dcc8bddebb43f03e4"
     assert [r.getMessage() for r in caplog.records] == [
-        f"deepscaler: {answerless}: 2 rows skipped (1 no non-empty text in column solution; 1 "
-        "the solution has no \\boxed{} answer (MATH format needs one)) of 200 read"]
+        f"deepscaler: {answerless}: {SKIPPED} of 200 read"]
     assert cli.main(["tasks", "list", "--data", f"deepscaler={answerless}"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("deepscaler "))
-    assert line.endswith("; 2 rows skipped (1 no non-empty text in column solution; 1 the "
-                         "solution has no \\boxed{} answer (MATH format needs one))")
+    assert line.endswith(f"; {SKIPPED}")
 
 
 def test_score_grades_a_training_set_read_with_its_answerless_rows_skipped(
@@ -82,8 +83,7 @@ def test_score_grades_a_training_set_read_with_its_answerless_rows_skipped(
     assert out.returncode == 0, out.stderr
     assert [json.loads(r)["status"] for r in out.stdout.splitlines()] == ["correct", "wrong"]
     assert [x for x in out.stderr.splitlines() if "skipped" in x] == [
-        f"deepscaler: {answerless}: 2 rows skipped (1 no non-empty text in column solution; 1 "
-        "the solution has no \\boxed{} answer (MATH format needs one)) of 200 read"]
+        f"deepscaler: {answerless}: {SKIPPED} of 200 read"]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -163,3 +163,20 @@ def test_a_resumed_run_takes_spec_but_not_data_or_revision(tmp_path, capsys):
     assert "--data and --revision cannot be given with --resume" in capsys.readouterr().err
     (tmp_path / "s.yaml").write_text("name: extra\nkind: math\ndata: d.csv\n")
     assert cli.main([*base, "--spec", str(tmp_path / "s.yaml")]) == 0
+
+
+def test_eval_records_each_tasks_source_revision_skips_and_merges(tmp_path):
+    from scalerl.evaluation.report import data_lines, task_data
+    from scalerl.local_data import Sources
+
+    rows = bf.deepscaler_rows(200, 2)
+    rows.append(dict(rows[0]))  # an exact copy: merged
+    copy = str(bf.write_jsonl(tmp_path / "ds2.jsonl", rows))
+    tasks = Sources({"deepscaler": copy}).resolve(["deepscaler", "arith"])
+    data = task_data(tasks, "test")
+    assert data["deepscaler"]["revision"] is None and copy in data["deepscaler"]["source"]
+    assert data["deepscaler"]["merged"] == 1 and sum(data["deepscaler"]["skipped"].values()) == 2
+    assert data["arith"] == {"source": tasks["arith"].source, "revision": None, "skipped": {},
+                             "merged": 0}
+    assert data_lines(data) == [
+        f"data: deepscaler: {SKIPPED}; 1 duplicate rows merged"]
