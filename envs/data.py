@@ -1,9 +1,12 @@
 """Loading task data with `datasets` and splitting it into leak-free held-out splits.
 
 `load_rows` reads local jsonl/json/parquet/csv files (or a Hugging Face hub id) into plain dicts;
-`assign_splits` puts each distinct normalised prompt in exactly one split by a sha256 of the
-prompt, so the split is the same on every call, process and machine, and a duplicate of a test
-prompt never lands in train. Nothing here knows about task kinds or verifiers.
+`assign_splits` deduplicates rows by their identity and puts each in exactly one split by a
+sha256 of its problem's normalised text, so the split is the same on every call, process and
+machine, and no problem text reaches both train and test. The identity is the prompt alone
+(`prompt_key`) or, for data with golds, the prompt and its gold together (`identity_key`: two
+rows with one text and different answers or tests are two problems, kept both and put in the
+same split). Nothing here knows about task kinds or verifiers.
 """
 
 from __future__ import annotations
@@ -46,6 +49,21 @@ def prompt_key(prompt: str | Sequence[Mapping[str, Any]]) -> str:
     return hashlib.sha256(normalize_prompt(prompt).encode("utf-8")).hexdigest()
 
 
+def canonical_gold(gold: Any) -> str:
+    """A gold as text for identity: an answer with its whitespace collapsed, tests (or any
+    other value) as JSON with sorted keys."""
+    if isinstance(gold, str):
+        return " ".join(gold.split())
+    return json.dumps(gold, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def identity_key(prompt: str | Sequence[Mapping[str, Any]], gold: Any) -> str:
+    """sha256 hex digest of the normalised prompt and its gold: what dedup merges on (a row is
+    a duplicate only when both match an earlier row's)."""
+    text = normalize_prompt(prompt) + "\x00" + canonical_gold(gold)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def split_of(key: str, *, test_fraction: float, val_fraction: float = 0.0, seed: int = 0) -> str:
     """`train`, `val` or `test` for a prompt key, from a sha256 of seed and key (no `hash()`)."""
     digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
@@ -65,7 +83,9 @@ class Split:
     val: tuple[int, ...]
     test: tuple[int, ...]
     duplicates: int
-    """Rows dropped because an earlier row (or a held-out row) had the same normalised prompt."""
+    """Rows dropped: the same identity as an earlier row, or a problem held out elsewhere."""
+    dropped: tuple[int, ...] = ()
+    """Their indices, in order."""
 
     def get(self, split: str) -> tuple[int, ...]:
         return getattr(self, split)
@@ -78,41 +98,38 @@ def assign_splits(
     val_fraction: float = 0.0,
     seed: int = 0,
     heldout_keys: Iterable[str] = (),
+    groups: Sequence[str] | None = None,
 ) -> Split:
-    """Deduplicate `keys` (first occurrence wins) and assign each to a split by `split_of`.
+    """Deduplicate `keys` (first occurrence wins) and assign each to a split by `split_of` of
+    its group (`groups[i]`, the prompt key of row i; None: the key itself).
 
-    A key's split never depends on the other rows. Keys in `heldout_keys` (the prompts of an
-    explicit held-out file) are dropped, so nothing held out elsewhere can reach train or val.
+    A row's split never depends on the other rows, and rows of one group (one problem text
+    with different golds) always share a split. Rows whose group is in `heldout_keys` (the
+    prompts of an explicit held-out file) are dropped, so nothing held out elsewhere can reach
+    train or val.
     """
     check_fractions(test_fraction, val_fraction)
+    groups = keys if groups is None else groups
+    if len(groups) != len(keys):
+        raise ValueError(f"assign_splits: {len(keys)} keys but {len(groups)} groups")
     banned = set(heldout_keys)
     seen: set[str] = set()
     out: dict[str, list[int]] = {"train": [], "val": [], "test": []}
-    dropped = 0
-    for i, key in enumerate(keys):
-        if key in seen or key in banned:
-            dropped += 1
+    dropped: list[int] = []
+    for i, (key, group) in enumerate(zip(keys, groups, strict=True)):
+        if key in seen or group in banned:
+            dropped.append(i)
             continue
         seen.add(key)
-        split = split_of(key, test_fraction=test_fraction, val_fraction=val_fraction, seed=seed)
+        split = split_of(group, test_fraction=test_fraction, val_fraction=val_fraction, seed=seed)
         out[split].append(i)
     return Split(
         train=tuple(out["train"]),
         val=tuple(out["val"]),
         test=tuple(out["test"]),
-        duplicates=dropped,
+        duplicates=len(dropped),
+        dropped=tuple(dropped),
     )
-
-
-def dedup(keys: Sequence[str]) -> tuple[list[int], int]:
-    """Indices of the first occurrence of each key, and how many duplicates were dropped."""
-    seen: set[str] = set()
-    keep = []
-    for i, key in enumerate(keys):
-        if key not in seen:
-            seen.add(key)
-            keep.append(i)
-    return keep, len(keys) - len(keep)
 
 
 def check_fractions(test_fraction: float, val_fraction: float) -> None:

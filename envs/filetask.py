@@ -1,23 +1,42 @@
 """`FileTask`: a task made from a data file, field names and a kind (`math`, `code`, a user's).
 
 Rows are loaded with `datasets` (envs/data.py), mapped into Samples (the gold, read by the kind's
-`read_gold` from its `gold_columns`, into the kind's `gold_field`), deduplicated and split by a
-hash of the normalised prompt; an explicit held-out file overrides the hash split for `test` and
-its prompts are removed from train. Scoring is the kind's verifier (the Task default). Nothing
-here parses answers or runs code; the built-in kinds are imported so `FileTask(name, "math", ...)`
-works without the catalog.
+`read_gold` from its `gold_columns`, into the kind's `gold_field`); a row without a usable prompt
+or gold is skipped and counted, up to `max_bad_fraction` of a file (envs/rows.py). Rows are
+deduplicated on prompt and gold together and split by a hash of the normalised prompt alone (a
+prompt with two golds is two samples in one split); an explicit held-out file overrides the
+hash split for `test` and its prompts are removed from train. Scoring is the kind's verifier
+(the Task default). Nothing here parses answers or runs code; the built-in kinds are imported
+so `FileTask(name, "math", ...)` works without the catalog.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scalerl.envs.base import Sample
 from scalerl.envs.code import verifier as _code_kind  # noqa: F401 - registers the `code` kind
-from scalerl.envs.data import DataError, assign_splits, check_fractions, load_rows, prompt_key
+from scalerl.envs.data import (
+    DataError,
+    assign_splits,
+    check_fractions,
+    identity_key,
+    load_rows,
+    prompt_key,
+)
 from scalerl.envs.kinds import GoldReader, lookup_kind
 from scalerl.envs.math import verifier as _math_kind  # noqa: F401 - registers the `math` kind
+from scalerl.envs.rows import (
+    MAX_BAD_FRACTION,
+    Skipped,
+    check_fraction,
+    convert_rows,
+    distinct_ids,
+    gold_of,
+    report_skipped,
+)
 from scalerl.envs.task import Task
 
 PROMPT_COLUMNS: tuple[str, ...] = ("prompt", "problem", "question")
@@ -42,8 +61,10 @@ class FileTask(Task):
         system_prompt: str | None = None,
         requires_thinking: bool = False,
         options: Mapping[str, Any] | None = None,
+        max_bad_fraction: float = MAX_BAD_FRACTION,
     ) -> None:
         check_fractions(test_fraction, val_fraction)
+        self.max_bad_fraction = check_fraction(max_bad_fraction)
         self.name = name
         self.kind = kind
         self.data = str(data)
@@ -58,7 +79,10 @@ class FileTask(Task):
         self.splits = ("train", "val", "test") if val_fraction > 0 else ("train", "test")
         self.source = self.data + (f" (held out: {self.test_data})" if self.test_data else "")
         self.duplicates = 0
-        """Rows dropped as duplicates (within the data, or of a held-out prompt), once loaded."""
+        """Rows dropped as duplicates (same prompt and gold within the data, or a held-out
+        prompt), once loaded."""
+        self.skipped: Skipped | None = None
+        """Rows of the data (and held-out) files left out as unusable, once loaded."""
 
     def with_data(self, path: str) -> FileTask:
         """The same task (kind, fields, splits, options) reading `path` instead of `data`."""
@@ -66,7 +90,7 @@ class FileTask(Task):
                         fields=self.fields, test_fraction=self.test_fraction,
                         val_fraction=self.val_fraction, seed=self.seed,
                         system_prompt=self._system_prompt, requires_thinking=self.requires_thinking,
-                        options=self.options)
+                        options=self.options, max_bad_fraction=self.max_bad_fraction)
 
     @property
     def system_prompt(self) -> str | None:  # type: ignore[override]
@@ -76,29 +100,39 @@ class FileTask(Task):
 
     def build_splits(self) -> dict[str, tuple[Sample, ...]]:
         """Every split at once: the held-out file's prompts must be kept out of train."""
-        samples, keys = self._read(self.data)
+        samples, keys, skipped = self._read(self.data)
+        idents = _identities(samples)
         heldout: list[Sample] = []
         if self.test_data:
-            test_samples, test_keys = self._read(self.test_data)
-            split = assign_splits(test_keys, test_fraction=1.0)  # dedup the held-out file
-            heldout = [test_samples[i] for i in split.test]
+            test_samples, test_keys, test_skipped = self._read(self.test_data)
+            skipped += test_skipped
+            test_idents = _identities(test_samples)
+            split = assign_splits(test_idents, test_fraction=1.0, groups=test_keys)
+            heldout = distinct_ids([test_samples[i] for i in split.test],
+                                   [test_idents[i] for i in split.test],
+                                   [test_keys[i] for i in split.test])
             split = assign_splits(
-                keys, test_fraction=0.0, val_fraction=self.val_fraction, seed=self.seed,
-                heldout_keys=test_keys,
+                idents, test_fraction=0.0, val_fraction=self.val_fraction, seed=self.seed,
+                heldout_keys=test_keys, groups=keys,
             )
         else:
             split = assign_splits(
-                keys, test_fraction=self.test_fraction, val_fraction=self.val_fraction,
-                seed=self.seed,
+                idents, test_fraction=self.test_fraction, val_fraction=self.val_fraction,
+                seed=self.seed, groups=keys,
             )
-        self.duplicates = split.duplicates
-        out = {s: tuple(samples[i] for i in split.get(s)) for s in ("train", "val", "test")}
+        self.duplicates, self.skipped = split.duplicates, skipped
+        kept = sorted(i for s in ("train", "val", "test") for i in split.get(s))
+        renamed = dict(zip(kept, distinct_ids([samples[i] for i in kept],
+                                              [idents[i] for i in kept],
+                                              [keys[i] for i in kept]), strict=True))
+        out = {s: tuple(renamed[i] for i in split.get(s)) for s in ("train", "val", "test")}
         if self.test_data:
             out["test"] = tuple(heldout)
         _check_unique_ids(out, self.data)
+        report_skipped(self.name, self.source, skipped)
         return out
 
-    def _read(self, source: str) -> tuple[list[Sample], list[str]]:
+    def _read(self, source: str) -> tuple[list[Sample], list[str], Skipped]:
         rows = load_rows(source)
         if not rows:
             raise DataError(f"{source}: no rows")
@@ -109,21 +143,24 @@ class FileTask(Task):
         id_col = self.fields.get("id", "id" if "id" in columns else None)
         if id_col and id_col not in columns:
             raise DataError(f"{source}: no id field {id_col!r}; fields: {', '.join(columns)}")
-        samples, keys = [], []
-        for n, row in enumerate(rows, start=1):
-            where = f"{source}: row {n}"
-            present = [k for k, v in row.items() if v is not None]
-            prompt = _prompt_value(row.get(prompt_col), where, prompt_col, present)
-            gold = _gold_value(row.get(gold_col), where, gold_col, present, reader)
+        numbers = itertools.count(1)  # convert_rows calls `sample` once per row, in order
+
+        def sample(row: Mapping[str, Any]) -> tuple[Sample, str]:
+            n = next(numbers)
+            prompt = _prompt_value(row.get(prompt_col), prompt_col)
+            gold = _gold_value(row.get(gold_col), gold_col, reader)
             key = prompt_key(prompt)
             sid = str(row[id_col]) if id_col and row.get(id_col) is not None else key[:16]
             meta = {k: v for k, v in row.items() if k not in (prompt_col, gold_col, id_col)}
             meta["row"] = n
-            samples.append(
-                Sample(id=sid, task=self.name, prompt=prompt, meta=meta, **{gold_field: gold})
-            )
-            keys.append(key)
-        return samples, keys
+            return Sample(id=sid, task=self.name, prompt=prompt, meta=meta,
+                          **{gold_field: gold}), key
+
+        made, skipped = convert_rows(rows, sample, where=source,
+                                     max_bad_fraction=self.max_bad_fraction)
+        if not made:
+            raise DataError(f"{source}: no usable rows ({skipped.line()})")
+        return [m[0] for m in made], [m[1] for m in made], skipped
 
     def _prompt_column(self, source: str, columns: list[str]) -> str:
         col = self.fields.get("prompt")
@@ -151,7 +188,12 @@ class FileTask(Task):
         )
 
 
-def _prompt_value(value: Any, where: str, col: str, columns: list[str]) -> str | tuple:
+def _identities(samples: Sequence[Sample]) -> list[str]:
+    """The dedup identity of each sample: its (normalised) prompt and its gold."""
+    return [identity_key(s.prompt, gold_of(s)) for s in samples]
+
+
+def _prompt_value(value: Any, col: str) -> str | tuple:
     if isinstance(value, str) and value.strip():
         return value
     if isinstance(value, list) and value and all(
@@ -159,20 +201,18 @@ def _prompt_value(value: Any, where: str, col: str, columns: list[str]) -> str |
     ):
         return tuple({"role": str(m["role"]), "content": str(m["content"])} for m in value)
     what = "missing" if value in (None, "", []) else f"not text or chat messages: {value!r:.60}"
-    raise DataError(f"{where}: field {col!r} is {what} (row has: {', '.join(columns)})")
+    raise ValueError(f"field {col!r} is {what}")
 
 
-def _gold_value(
-    value: Any, where: str, col: str, columns: list[str], reader: GoldReader | None
-) -> Any:
+def _gold_value(value: Any, col: str, reader: GoldReader | None) -> Any:
     if value is None or value == "":
-        raise DataError(f"{where}: field {col!r} is missing (row has: {', '.join(columns)})")
+        raise ValueError(f"field {col!r} is missing")
     if reader is None:
         return value
     try:
         return reader(value, col)
     except ValueError as exc:
-        raise DataError(f"{where}: field {col!r}: {exc}") from exc
+        raise ValueError(f"field {col!r}: {exc}") from exc
 
 
 def _check_unique_ids(splits: Mapping[str, Sequence[Sample]], source: str) -> None:

@@ -1,7 +1,8 @@
 """Task files: YAML/JSON task specs (file-backed tasks, no Python) and `.py` files of tasks.
 
 A spec holds one task, a list, or `{"tasks": [...]}`; each names a kind, a data file (relative to
-the spec), optional field names, held-out file, system prompt and scoring options. Validation is
+the spec), optional field names, held-out file, system prompt, scoring options and the share of
+unusable rows tolerated (`max_bad_fraction`). Validation is
 eager and fails in one line naming the file and key; data is read when a task is first used.
 A `.py` task file is imported so its `@register_task` decorators run. A spec's kind must be
 registered already: the catalog (envs/catalog.py) loads plugins before `$SCALERL_TASKS` files.
@@ -22,11 +23,12 @@ from scalerl.envs.data import check_fractions, is_hub_id
 from scalerl.envs.filetask import FileTask
 from scalerl.envs.kinds import lookup_kind
 from scalerl.envs.registry import add_task, task_names
+from scalerl.envs.rows import MAX_BAD_FRACTION, check_fraction
 
 REQUIRED_KEYS: tuple[str, ...] = ("name", "kind", "data")
 OPTIONAL_KEYS: tuple[str, ...] = (
     "test_data", "fields", "test_fraction", "val_fraction", "seed", "system_prompt",
-    "requires_thinking", "options", "description",
+    "requires_thinking", "options", "description", "max_bad_fraction",
 )
 KEY_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "test_data": (str, "a path or hub id"), "fields": (Mapping, "a mapping"),
@@ -34,6 +36,7 @@ KEY_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "seed": (int, "an integer"), "system_prompt": (str, "a string"),
     "requires_thinking": (bool, "true or false"), "options": (Mapping, "a mapping"),
     "description": (str, "a string"),
+    "max_bad_fraction": ((int, float), "a number in [0, 1]"),
 }
 _FROM_SPEC: dict[str, Path] = {}  # task name -> spec file that registered it
 _IMPORTED: dict[Path, list[str]] = {}  # python task file -> the task names it registered
@@ -80,6 +83,7 @@ def _validate(path: Path, i: int, entry: Any) -> dict[str, Any]:
     try:
         lookup_kind(entry["kind"])
         check_fractions(entry.get("test_fraction", 0.1), entry.get("val_fraction", 0.0))
+        check_fraction(entry.get("max_bad_fraction", MAX_BAD_FRACTION))
     except (KeyError, ValueError, TypeError) as exc:
         raise SpecError(f"{where}: {_short(exc)}") from exc
     out = dict(entry)

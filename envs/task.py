@@ -20,6 +20,7 @@ from typing import Any
 from scalerl.envs.base import Sample, Score, truncate
 from scalerl.envs.grading import DEFAULT_GRADING, Grading
 from scalerl.envs.kinds import lookup_kind
+from scalerl.envs.rows import Skipped
 
 _FINAL = {"score": "judge", "samples": "build"}
 """Public methods a subclass may not override -> the hook to override instead."""
@@ -46,6 +47,13 @@ class Task:
     declared_sizes: Mapping[str, int] | None = None
     """Split sizes known without reading the data (a hub benchmark's, from its dataset card):
     `scalerl tasks list` shows these instead of downloading; None: read the data to count."""
+    revision: str | None = None
+    """The hub commit a hub-backed task reads its rows at (None: not read from the hub)."""
+    duplicates: int = 0
+    """Rows merged into an earlier one (same problem and gold) when the data was loaded."""
+    skipped: Skipped | None = None
+    """Rows left out as unusable when the data was loaded (envs/rows.py); None: not loaded,
+    or the task reads no rows."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -80,6 +88,13 @@ class Task:
         that read no data file (synthetic ones); data-backed tasks override it."""
         raise ValueError(f"task {self.name!r} reads no data file, so --data/data: cannot give it "
                          "a local copy (built-in benchmarks, training sets and task specs can)")
+
+    def with_revision(self, revision: str) -> Task:
+        """This task reading its hub dataset at `revision` (`--revision NAME=REV`, a run
+        config's `revision:`). Default: a ValueError naming the task, for tasks not read from
+        the hub; the built-in benchmarks and training sets override it."""
+        raise ValueError(f"task {self.name!r} is not read from the hub, so --revision/revision: "
+                         "cannot pin it (the built-in benchmarks and training sets can)")
 
     def verifier_options(self) -> dict[str, Any]:
         return {"requires_thinking": self.requires_thinking, **self.options}

@@ -50,13 +50,21 @@ class TaskMix:
     """A local copy of the task's data in its source's schema (a jsonl/json/parquet file or a
     save_to_disk directory), read instead of the hub; None: the task's own source. `scalerl train
     --data NAME=PATH` sets it."""
+    revision: str | None = None
+    """The hub commit, branch or tag a built-in hub dataset is read at instead of its pinned
+    revision (docs/benchmarks.md); None: the pin. `scalerl train --revision NAME=REV` sets it."""
 
     SECTION = "task"
 
     def __post_init__(self) -> None:
         check_fields(self, [(self.weight > 0, "weight", "must be > 0"),
                             (self.data is None or (isinstance(self.data, str) and bool(self.data)),
-                             "data", "must be a path or null")])
+                             "data", "must be a path or null"),
+                            (self.revision is None or (isinstance(self.revision, str)
+                                                       and bool(self.revision.strip())),
+                             "revision", "must be a commit, branch or tag, or null"),
+                            (self.data is None or self.revision is None, "revision",
+                             "cannot be given with data: (a local copy has no hub revision)")])
 
 
 @dataclass(frozen=True)
@@ -198,11 +206,13 @@ def _task_errors(cfg: RunConfig) -> list[str]:
         except UnknownTaskError as e:
             errors.append(f"tasks[{i}].name: {e}")
             continue
-        if t.data is not None:
-            try:
-                task_with_data(t.name, t.data)  # the copy the run will use (scalerl/local_data.py)
+        for key in ("data", "revision"):
+            if getattr(t, key) is None:
+                continue
+            try:  # the copy the run will use (scalerl/local_data.py)
+                task_with_data(t.name, t.data, t.revision)
             except ValueError as e:
-                errors.append(f"tasks[{i}].data: {e}")
+                errors.append(f"tasks[{i}].{key}: {e}")
     names = [t.name for t in cfg.tasks]
     if len(set(names)) != len(names):
         errors.append(f"tasks: a task appears twice in {names}")

@@ -204,11 +204,11 @@ def policy_dtype(dtype: str) -> str:
 
 
 def run_tasks(cfg: RunConfig) -> dict:
-    """The run's Task objects by name, each reading its `data:` copy when the config gives one
-    (the catalogue is read here, once, by the glue)."""
+    """The run's Task objects by name, each reading its `data:` copy or its hub `revision:` when
+    the config gives one (the catalogue is read here, once, by the glue)."""
     from scalerl.local_data import task_with_data
 
-    return {t.name: task_with_data(t.name, t.data) for t in cfg.tasks}
+    return {t.name: task_with_data(t.name, t.data, t.revision) for t in cfg.tasks}
 
 
 def preflight(cfg: RunConfig) -> None:
@@ -219,26 +219,29 @@ def preflight(cfg: RunConfig) -> None:
     check_tasks(run_tasks(cfg).values(), cfg.grading)
 
 
-def contamination_warnings(cfg: RunConfig, copies: dict | None = None) -> list[str]:
+def contamination_warnings(cfg: RunConfig, copies=None) -> list[str]:
     """A warning per built-in benchmark whose problems the run's training data holds (with
-    counts), for the benchmarks readable here without a download (`copies`: local copies by
-    name, as `--data` gives them; else a Hugging Face cache); a note for one that fails to
-    load. Nothing is read when no benchmark is at hand."""
+    counts), for the benchmarks readable here without a download (`copies`: the `--data` and
+    `--revision` Sources of benchmarks outside the mixture, scalerl/local_data.py; else the
+    Hugging Face cache at the pinned revision); a note for one that fails to load. Nothing is
+    read when no benchmark is at hand."""
     from scalerl.envs.bench import BENCHMARKS
     from scalerl.envs.bench.hub import is_cached
     from scalerl.envs.data import DataError
     from scalerl.evaluation.contamination import report, warnings
-    from scalerl.local_data import data_for, task_with_data
+    from scalerl.local_data import Sources, data_for
 
+    copies = copies or Sources()
     trained = {t.name for t in cfg.tasks}
     benches, notes = {}, []
     for name, bench in BENCHMARKS.items():
-        path = data_for(name, copies or {})
-        if bench.role != "benchmark" or name in trained or (
-                path is None and not is_cached(bench.source)):
+        if bench.role != "benchmark" or name in trained:
             continue
         try:
-            benches[name] = task_with_data(name, path).samples("test")
+            task = copies.task(name)
+            if data_for(name, copies.data) is None and not is_cached(task.hub):
+                continue
+            benches[name] = task.samples("test")
         except (DataError, ValueError) as exc:
             notes.append(f"note: contamination check of {name} skipped: {exc}")
     if not benches:

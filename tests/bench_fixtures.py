@@ -75,6 +75,25 @@ POLARIS = [
 ]
 DEEPSCALER = [{"problem": f"DeepScaleR problem: what is {i} + {i}?", "answer": str(2 * i),
                "solution": f"$\\boxed{{{2 * i}}}$"} for i in range(1, 6)]
+DEEPSCALER_ANSWERLESS = [  # as the hub's discussion reports: `answer` empty, no boxed solution
+    {"problem": "Let $x$ satisfy $x^2 = 2$. Find the set of all such $x$.", "answer": "",
+     "solution": ""},
+    {"problem": "Prove that there are infinitely many primes.", "answer": "",
+     "solution": "Suppose there are finitely many primes p_1, ..., p_k; then p_1...p_k + 1 has "
+                 "a prime factor outside the list, a contradiction."},
+]
+
+
+def deepscaler_rows(n: int, answerless: int) -> list[dict]:
+    """`n` DeepScaleR rows (problem, answer, solution), the first `answerless` of them rows the
+    hub has without a usable answer, spread through the file."""
+    rows = [{"problem": f"DeepScaleR problem {i}: what is {i} times 3?", "answer": str(3 * i),
+             "solution": f"It is $\\boxed{{{3 * i}}}$."} for i in range(n - answerless)]
+    for k in range(answerless):
+        bad = dict(DEEPSCALER_ANSWERLESS[k % 2])
+        bad["problem"] += f" (variant {k})"
+        rows.insert((k + 1) * len(rows) // (answerless + 1), bad)
+    return rows
 
 MBPP_SETUP_ROW = {
     "task_id": 927, "text": "Write a function to calculate the height of the given binary tree.",

@@ -194,19 +194,23 @@ def deepcoder_row(row: Mapping[str, Any], task: str) -> Sample:
 
 MBPP = register_benchmark(Benchmark(
     name="mbpp", kind="code", size=500, to_sample=mbpp_row,
-    source=HubSource("google-research-datasets/mbpp", (("full", "test"),)),
+    source=HubSource("google-research-datasets/mbpp", (("full", "test"),),
+                     revision="4bb6404fdc6cacfda99d4ac4205087b89d32030c"),
     grading="all `test_list` asserts pass in the sandbox (`test_setup_code` after the code)"))
 MBPP_PLUS = register_benchmark(Benchmark(
     name="mbpp+", kind="code", size=378, to_sample=mbpp_plus_row,
-    source=HubSource("evalplus/mbppplus", ((None, "test"),)),
+    source=HubSource("evalplus/mbppplus", ((None, "test"),),
+                     revision="b2d74c91837c3f2a20c1299ae98133cbe7cfa077"),
     grading="EvalPlus's `test` (base + plus inputs) passes as its evaluator judges, 4 s/input"))
 HUMANEVAL_PLUS = register_benchmark(Benchmark(
     name="humaneval+", kind="code", size=164, to_sample=humaneval_plus_row,
-    source=HubSource("evalplus/humanevalplus", ((None, "test"),)),
+    source=HubSource("evalplus/humanevalplus", ((None, "test"),),
+                     revision="d32357cf319e50e9c8d8dab5ea876c72b0fd321b"),
     grading="EvalPlus's `check(candidate)` passes as its evaluator judges, 4 s/input"))
 DEEPCODER = register_benchmark(Benchmark(
     name="deepcoder", kind="code", size=24287, role="train", to_sample=deepcoder_row,
     source=HubSource("agentica-org/DeepCoder-Preview-Dataset",
-                     (("primeintellect", "train"), ("taco", "train"), ("lcbv5", "train"))),
+                     (("primeintellect", "train"), ("taco", "train"), ("lcbv5", "train")),
+                     revision="177913a7bd43791646ef6a43645caa3c871ab3db"),
     grading="every test passes in the sandbox: lcbv5 rows as LiveCodeBench compares, taco and "
             "primeintellect rows as DeepCoder's TACO checker does (without its false positives)"))

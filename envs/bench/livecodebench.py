@@ -201,7 +201,8 @@ def lcb_row(row: Mapping[str, Any], task: str) -> Sample:
 
 LIVECODEBENCH = register_benchmark(Benchmark(
     name="livecodebench", kind="code", size=1055, to_sample=lcb_row, options=OPTIONS,
-    source=HubSource("livecodebench/code_generation_lite", files=RELEASE_FILES),
+    source=HubSource("livecodebench/code_generation_lite", files=RELEASE_FILES,
+                     revision="0fe84c3912ea0c4d4a78037083943e8f0c4dd505"),
     grading="every public + private test passes, compared as LiveCodeBench's harness does "
             "(stdin: lines, then Decimal tokens; functional: Solution().<func_name> ==)"))
 

@@ -67,11 +67,18 @@ def _sample(task: str, row: Mapping[str, Any], problem: str, answer: str, *, id_
 
 
 def math_gold(row: Mapping[str, Any]) -> str:
-    """`answer` when the row has one, else the last `\\boxed{}` of `solution` (MATH format)."""
+    """`answer` when the row has one, else the last `\\boxed{}` of `solution` (MATH format);
+    ValueError saying which is missing (DeepScaleR has rows with neither)."""
     answer = row.get("answer")
     if answer not in (None, ""):
         return read_math_gold(answer, "answer")
-    return read_math_gold(text_of(row, "solution"), "solution")
+    solution = row.get("solution")
+    if not isinstance(solution, str) or not solution.strip():
+        raise ValueError("no answer: `answer` empty, no `solution`")
+    try:
+        return read_math_gold(solution, "solution")
+    except ValueError:
+        raise ValueError("no answer: `answer` empty, no \\boxed{} in `solution`") from None
 
 
 def math500_row(row: Mapping[str, Any], task: str) -> Sample:
@@ -106,30 +113,37 @@ def answer_row(row: Mapping[str, Any], task: str) -> Sample:
 
 MATH500 = register_benchmark(Benchmark(
     name="math500", kind="math", size=500, to_sample=math500_row,
-    source=HubSource("HuggingFaceH4/MATH-500", ((None, "test"),)),
+    source=HubSource("HuggingFaceH4/MATH-500", ((None, "test"),),
+                     revision="6e4ed1a2a79af7d8630a6b768ec859cb5af4d3be"),
     grading="math-verify vs `answer` (the last \\boxed{} of the solution)"))
 AIME24 = register_benchmark(Benchmark(
     name="aime24", kind="math", size=30, to_sample=competition_row,
-    source=HubSource("HuggingFaceH4/aime_2024", ((None, "train"),)),
+    source=HubSource("HuggingFaceH4/aime_2024", ((None, "train"),),
+                     revision="2fe88a2f1091d5048c0f36abc874fb997b3dd99a"),
     grading="integer answer 0-999, math-verify"))
 AIME25 = register_benchmark(Benchmark(
     name="aime25", kind="math", size=30, to_sample=competition_row,
-    source=HubSource("yentinglin/aime_2025", ((None, "train"),)),
+    source=HubSource("yentinglin/aime_2025", ((None, "train"),),
+                     revision="6f71d77b0b89b9dabe07ab466c51df33f514df7f"),
     grading="integer answer 0-999, math-verify"))
 AMC23 = register_benchmark(Benchmark(
     name="amc23", kind="math", size=40, to_sample=competition_row,
-    source=HubSource("math-ai/amc23", ((None, "test"),)),
+    source=HubSource("math-ai/amc23", ((None, "test"),),
+                     revision="80815d37005feb82cd7f8fbc6901d5d3eff43057"),
     grading="numeric answer, math-verify"))
 GSM8K = register_benchmark(Benchmark(
     name="gsm8k", kind="math", size=1319, to_sample=gsm8k_row,
-    source=HubSource("openai/gsm8k", (("main", "test"),)),
+    source=HubSource("openai/gsm8k", (("main", "test"),),
+                     revision="740312add88f781978c0658806c59bc2815b9866"),
     grading="the number after `#### ` in `answer`, math-verify"))
 POLARIS = register_benchmark(Benchmark(
     name="polaris", kind="math", size=53000, size_exact=False, role="train",
     to_sample=answer_row,
-    source=HubSource("POLARIS-Project/Polaris-Dataset-53K", ((None, "train"),)),
+    source=HubSource("POLARIS-Project/Polaris-Dataset-53K", ((None, "train"),),
+                     revision="296f8e34132e63f4a1d70e0dcc8bddebb43f03e4"),
     grading="math-verify vs `answer`"))
 DEEPSCALER = register_benchmark(Benchmark(
     name="deepscaler", kind="math", size=40315, role="train", to_sample=answer_row,
-    source=HubSource("agentica-org/DeepScaleR-Preview-Dataset", ((None, "train"),)),
+    source=HubSource("agentica-org/DeepScaleR-Preview-Dataset", ((None, "train"),),
+                     revision="b6ae8c60f5c1f2b594e2140b91c49c9ad0949e29"),
     grading="math-verify vs `answer`"))

@@ -5,7 +5,9 @@ declares, how a row becomes a Sample (its prompt, gold answer or tests), how it 
 what it is for: a held-out `benchmark` (split `test` only) or a `train`ing set (split `train`,
 plus a small `test` split held out by prompt hash, as envs/data.py splits task files).
 `register_benchmark` adds one to `BENCHMARKS` and registers its task name; `HubTask` reads the
-rows (hub or a local copy, `with_data`), maps them, deduplicates by normalised prompt and checks
+rows (hub at the pinned revision or another, `with_revision`; or a local copy, `with_data`),
+maps them, skips and counts rows without a usable gold or tests (envs/rows.py), merges rows whose
+problem and gold both match (two golds of one text are two problems, split together) and checks
 in its preflight that the data can be had here. Nothing here knows a benchmark's columns (the
 modules beside it register theirs) or how to score (the `math` and `code` kinds do).
 """
@@ -19,10 +21,19 @@ from typing import Any, Literal
 
 from scalerl.envs.base import Sample
 from scalerl.envs.bench.hub import HubSource, availability_problem, read_rows
-from scalerl.envs.data import DataError, assign_splits, check_fractions, prompt_key
+from scalerl.envs.data import DataError, assign_splits, check_fractions, identity_key, prompt_key
 from scalerl.envs.grading import DEFAULT_GRADING, Grading
 from scalerl.envs.kinds import lookup_kind
 from scalerl.envs.registry import add_task
+from scalerl.envs.rows import (
+    MAX_BAD_FRACTION,
+    Skipped,
+    check_fraction,
+    convert_rows,
+    distinct_ids,
+    gold_of,
+    report_skipped,
+)
 from scalerl.envs.task import Task
 
 RowMapper = Callable[[Mapping[str, Any], str], Sample]
@@ -56,6 +67,9 @@ class Benchmark:
     """Verifier options of the kind (e.g. a code benchmark's per-test time limit)."""
     size_exact: bool = True
     """False when the card gives the size only roughly (shown as ~N)."""
+    max_bad_fraction: float = MAX_BAD_FRACTION
+    """Share of rows that may lack a usable gold or tests (skipped and counted) before the
+    load stops (envs/rows.py)."""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -67,6 +81,7 @@ class Benchmark:
             raise ValueError(f"Benchmark {self.name}: size must be an integer >= 1, "
                              f"got {self.size!r}")
         check_fractions(self.heldout_fraction, 0.0)
+        check_fraction(self.max_bad_fraction)
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -91,7 +106,7 @@ class HubTask(Task):
 
     def __init__(self, bench: Benchmark, *, name: str | None = None, data: str | None = None,
                  keep: Callable[[Mapping[str, Any]], bool] | None = None,
-                 label: str = "") -> None:
+                 label: str = "", revision: str | None = None) -> None:
         self.bench = bench
         self.name = name or bench.name
         self.kind = bench.kind
@@ -102,9 +117,16 @@ class HubTask(Task):
         self.keep = keep
         """Rows to keep (e.g. a LiveCodeBench window); None: every row."""
         self.label = label
+        self.hub = bench.source.at(revision) if revision else bench.source
+        """The hub copy read: the table's, at its pinned revision unless `revision` overrides."""
+        self.revision = None if data else self.hub.revision
+        """The hub commit the rows come from (None for a local copy)."""
         self.duplicates = 0
+        """Rows merged into an earlier row with the same problem and gold, once loaded."""
+        self.skipped: Skipped | None = None
+        """The rows left out as unusable, once loaded (envs/rows.py)."""
         where = f"local copy {data} (schema of {bench.source.repo})" if data else (
-            f"hub {bench.source.describe()}")
+            f"hub {self.hub.describe()}{self.hub.pinned()}")
         notes = [label] if label else []
         if bench.role == "train":
             notes.append(f"{bench.heldout_fraction:.0%} held out as test by prompt hash")
@@ -121,41 +143,47 @@ class HubTask(Task):
         return HubTask(self.bench, name=self.name, data=str(path), keep=self.keep,
                        label=self.label)
 
+    def with_revision(self, revision: str) -> HubTask:
+        return HubTask(self.bench, name=self.name, keep=self.keep, label=self.label,
+                       revision=revision)
+
     def preflight(self, grading: Grading = DEFAULT_GRADING) -> str | None:
         """The kind's check, then whether the rows can be had here (local copy, cache, hub)."""
-        return super().preflight(grading) or availability_problem(
-            self.name, self.bench.source, self.data)
+        return super().preflight(grading) or availability_problem(self.name, self.hub, self.data)
 
     def build_splits(self) -> dict[str, tuple[Sample, ...]]:
+        """Dedup on (problem, gold), split by the problem text alone (both golds of one text
+        land in the same split), ids kept unique; the skipped rows reported once."""
         samples = self.read_samples()
-        keys = problem_keys(self.name, samples)
-        if self.bench.role == "benchmark":
-            split = assign_splits(keys, test_fraction=1.0)  # dedup only: all held out
-        else:
-            split = assign_splits(keys, test_fraction=self.bench.heldout_fraction)
+        problems = problem_keys(self.name, samples)
+        identities = [identity_key(p, gold_of(s)) for s, p in zip(samples, problems, strict=True)]
+        held = 1.0 if self.bench.role == "benchmark" else self.bench.heldout_fraction
+        split = assign_splits(identities, test_fraction=held, groups=problems)
         self.duplicates = split.duplicates
-        return {s: tuple(samples[i] for i in split.get(s)) for s in self.splits}
+        kept = sorted(i for s in self.splits for i in split.get(s))
+        renamed = dict(zip(kept, distinct_ids([samples[i] for i in kept],
+                                              [identities[i] for i in kept],
+                                              [problems[i] for i in kept]), strict=True))
+        if self.skipped is not None:
+            report_skipped(self.name, self.data or self.hub.repo, self.skipped)
+        return {s: tuple(renamed[i] for i in split.get(s)) for s in self.splits}
 
     def read_samples(self) -> list[Sample]:
-        """Every row kept, as a Sample (before dedup and splits); DataError naming the row."""
-        rows = read_rows(self.name, self.bench.source, self.data)
-        where = self.data or self.bench.source.repo
-        out = []
-        for n, row in enumerate(rows, start=1):
-            try:
-                if self.keep is not None and not self.keep(row):
-                    continue
-                out.append(self.bench.to_sample(row, self.name))
-            except (ValueError, KeyError, TypeError) as exc:
-                text = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-                what = f"no column {text!r}" if isinstance(exc, KeyError) else str(text)
-                present = ", ".join(k for k, v in row.items() if v is not None)
-                raise DataError(f"{self.name}: {where}: row {n}: {what} (columns: "
-                                f"{present})") from exc
+        """Every row kept, as a Sample (before dedup and splits); a row without a usable gold or
+        tests is skipped and counted (`skipped`), DataError when too many are."""
+        rows = read_rows(self.name, self.hub, self.data)
+        where = self.data or self.hub.repo
+        out, self.skipped = convert_rows(rows, self._sample, where=f"{self.name}: {where}",
+                                         max_bad_fraction=self.bench.max_bad_fraction)
         if not out:
             raise DataError(f"{self.name}: {where}: no rows" + (
                 f" in {self.label}" if self.label else ""))
         return out
+
+    def _sample(self, row: Mapping[str, Any]) -> Sample | None:
+        if self.keep is not None and not self.keep(row):
+            return None
+        return self.bench.to_sample(row, self.name)
 
 
 def _declared(bench: Benchmark) -> dict[str, int]:

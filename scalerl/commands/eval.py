@@ -37,7 +37,7 @@ from scalerl.commands.engine_args import (
 )
 from scalerl.envs.grading import Grading
 from scalerl.evaluation.protocols import protocol_names
-from scalerl.local_data import add_data_arg
+from scalerl.local_data import add_task_args
 from scalerl.rollout.engine_config import EngineConfig
 
 HELP = "evaluate checkpoints on held-out sets (unbiased pass@k, mean@n), or aggregate rollouts"
@@ -105,7 +105,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--out", metavar="DIR", help="results.json, results.md, results.png, cache/")
     g.add_argument("--chunk", type=int, default=64,
                    help="samples per generation call (the unit saved to the cache)")
-    add_data_arg(g)
+    add_task_args(g)
     add_budget_args(parser)
     add_engine_args(parser)
     add_grading_args(parser)
@@ -168,11 +168,12 @@ def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
     """Settings, models and engine of a --model run; ValueError before any engine starts."""
     from scalerl.evaluation.prompts import prompted_tasks
     from scalerl.evaluation.report import resolve_models
-    from scalerl.local_data import parse_data, resolve_tasks
+    from scalerl.local_data import sources_from_args, unused_note
     from scalerl.preflight import check_tasks, task_problems
 
     if any(v is not None and v < 1 for v in (args.n, args.limit, args.chunk)):
         raise ValueError("--n, --limit and --chunk must be >= 1")
+    sources = sources_from_args(args)  # --spec first: a run's tasks may come from a spec
     if not args.model:
         if not args.server:
             raise ValueError("give --rollouts FILE, or --model PATH (or --server URL: the "
@@ -185,9 +186,11 @@ def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
     names = _names(args.tasks) if args.tasks else tuple(t.name for t in run_cfg.tasks)
     if not names:
         raise ValueError(f"--tasks {args.tasks!r} names no task; e.g. --tasks math500,gsm8k")
-    data = parse_data(args.data)
-    train = _train_mix(args, run_cfg, data)
-    objects = resolve_tasks(names, data, also=train)
+    train = _train_mix(args, run_cfg, sources)
+    objects = sources.resolve(names)
+    note = unused_note("eval", sources, [*names, *train])
+    if note:
+        print(note, file=sys.stderr)
     for task in objects.values():
         task.check_split(args.split)
     graded = grading(args, run_cfg.grading if run_cfg is not None else None)  # as it trained
@@ -211,14 +214,13 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
-def _train_mix(args, run_cfg, data: dict) -> dict:
-    """The training tasks to check against: --train-tasks (with --data), else the run's own
-    (with their `data:`), else none."""
-    from scalerl.local_data import data_for, task_with_data
+def _train_mix(args, run_cfg, sources) -> dict:
+    """The training tasks to check against: --train-tasks (with --data/--revision), else the
+    run's own (with their `data:`/`revision:`), else none."""
     from scalerl.training import run_tasks
 
     if args.train_tasks:
-        return {n: task_with_data(n, data_for(n, data)) for n in _names(args.train_tasks)}
+        return sources.resolve(_names(args.train_tasks))
     return {} if run_cfg is None else run_tasks(run_cfg)
 
 
@@ -297,7 +299,7 @@ def print_contamination(found: dict | None) -> None:
 
 
 def run_models(args, plan: Plan) -> int:
-    from scalerl.evaluation.report import run_eval
+    from scalerl.evaluation.report import data_lines, run_eval, task_data
     from scalerl.rollout.scorer import Scorer
 
     def make_generator(path: str):
@@ -306,8 +308,9 @@ def run_models(args, plan: Plan) -> int:
 
     try:
         found = contamination_of(plan)
+        data = task_data(plan.tasks, plan.settings.split)
         results = run_eval(plan.models, plan.settings, args.out, make_generator, chunk=args.chunk,
-                           tasks=plan.tasks, contamination=found)
+                           tasks=plan.tasks, contamination=found, data=data)
     except EngineStartError as exc:
         print(f"scalerl eval: {exc}", file=sys.stderr)
         return 2
@@ -325,6 +328,8 @@ def run_models(args, plan: Plan) -> int:
               f"{e['cached_samples']} cached)")
         print_report(e, s.ks)
     print_contamination(found)
+    for line in data_lines(data):
+        print(line)
     print(f"wrote {args.out}/results.json, {args.out}/results.md"
           + (f", {args.out}/results.png" if len(results["models"]) > 1 else ""))
     return 0

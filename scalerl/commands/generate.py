@@ -2,8 +2,9 @@
 
 Rows (`Rollout.to_row()`) are written and flushed as each rollout finishes; a progress bar runs on
 stderr and a summary (pass rate, interrupted/truncated fractions, tokens/s, scoring latency,
-engine memory) follows. `--model tiny` uses the cached tiny model (built if missing). The engine
-is `scalerl.rollout.engine.EngineGenerator`, or vLLM servers with `--server URL` (rollout/
+engine memory) follows. `--model tiny` uses the cached tiny model (built if missing); `--spec`,
+`--data` and `--revision` are the task flags every command shares (scalerl/local_data.py). The
+engine is `scalerl.rollout.engine.EngineGenerator`, or vLLM servers with `--server URL` (rollout/
 server_generator.py: the same rollouts for the same seeds); this module parses arguments and
 prints.
 """
@@ -30,7 +31,7 @@ from scalerl.commands.engine_args import (
     start_generator,
 )
 from scalerl.envs.base import dumps
-from scalerl.local_data import add_data_arg
+from scalerl.local_data import add_task_args
 
 HELP = "generate scored rollouts with the vLLM engine (length budgets, forced interruption)"
 
@@ -48,7 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="per-rollout seeds derive from it")
     parser.add_argument("--out", required=True, help="output JSONL file")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-    add_data_arg(parser)
+    add_task_args(parser)
     add_budget_args(parser)
     add_engine_args(parser)
     add_grading_args(parser)
@@ -94,13 +95,17 @@ def write_rollouts(gen, samples: list, *, out_path: str, n: int, budget, tempera
 def prepare(args: argparse.Namespace):
     """(task, samples, budget, model, engine config); ValueError, or PreflightError when the
     task's verifier cannot work here, before any model is built or engine started."""
-    from scalerl.local_data import parse_data, resolve_tasks
+    from scalerl.local_data import sources_from_args, unused_note
     from scalerl.preflight import check_tasks
     from scalerl.rollout.heldout import eval_samples
 
     if args.n <= 0 or (args.limit is not None and args.limit <= 0):
         raise ValueError(f"--n and --limit must be > 0, got {args.n} and {args.limit}")
-    task = resolve_tasks([args.task], parse_data(args.data))[args.task]
+    sources = sources_from_args(args)
+    task = sources.task(args.task)
+    note = unused_note("generate", sources, [args.task])
+    if note:
+        print(note, file=sys.stderr)
     check_tasks([task], grading(args))
     samples = eval_samples(task, args.split, args.limit)
     budget = override_budget(args, DEFAULT_BUDGET)

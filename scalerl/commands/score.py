@@ -26,7 +26,7 @@ from scalerl.envs.base import STATUSES, Sample, Score, dumps, truncate
 from scalerl.envs.catalog import get_kind, task_names
 from scalerl.envs.grading import DEFAULT_GRADING
 from scalerl.envs.registry import UnknownTaskError
-from scalerl.local_data import add_data_arg, data_for, parse_data, task_with_data
+from scalerl.local_data import Sources, add_task_args, sources_from_args
 from scalerl.trainer.rewards import RewardMap
 
 REWARDS = RewardMap()
@@ -54,20 +54,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=4, help="rows scored concurrently (4)")
     parser.add_argument("--skip-bad", action="store_true",
                         help="report malformed rows on stderr and skip them instead of stopping")
-    parser.add_argument("--spec", action="append", default=[], metavar="FILE",
-                        help="register a YAML/JSON task spec or .py task file first, for task "
-                        "rows (repeatable)")
-    add_data_arg(parser)
+    add_task_args(parser)
 
 
 # --- rows -> jobs -------------------------------------------------------------------------------
 class Resolver:
-    """Turns rows into Jobs; caches each task's sample index (id -> Sample). `data`: local
-    copies by task (or family) name, as `--data` gives them."""
+    """Turns rows into Jobs; caches each task's sample index (id -> Sample). `sources`: local
+    copies and hub revisions by task (or family) name, as `--data`/`--revision` give them."""
 
-    def __init__(self, data: Mapping[str, str] | None = None) -> None:
+    def __init__(self, sources: Sources | None = None) -> None:
         self._index: dict[str, dict[str, Sample]] = {}
-        self._data = dict(data or {})
+        self._sources = sources or Sources()
 
     def job(self, text: str, line: int) -> Job:
         try:
@@ -91,7 +88,7 @@ class Resolver:
         if sample_id is None:
             raise BadRow('a "task" row needs "sample_id"')
         try:
-            task = task_with_data(name, data_for(name, self._data))
+            task = self._sources.task(name)
         except (UnknownTaskError, ValueError) as exc:
             raise BadRow(str(exc)) from exc
         if name not in self._index:
@@ -168,7 +165,7 @@ def _writer(
 
 def score_lines(
     lines: Iterable[str], out: IO[str], err: IO[str], *, workers: int, skip_bad: bool,
-    data: Mapping[str, str] | None = None,
+    sources: Sources | None = None,
 ) -> tuple[collections.Counter, int, str | None]:
     """(counts by status, rows skipped, the fatal `line N: ...` message or None)."""
     counts: collections.Counter = collections.Counter()
@@ -179,7 +176,7 @@ def score_lines(
         target=_writer, args=(futures, out, counts, failed, stop), daemon=True
     )
     writer.start()
-    resolver, skipped, fatal = Resolver(data), 0, None
+    resolver, skipped, fatal = Resolver(sources), 0, None
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="score")
     try:
         for n, text in enumerate(lines, start=1):
@@ -218,11 +215,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         task_names()  # built-ins and plugins load here, so a broken plugin is one line
-        data = parse_data(args.data)
-        if args.spec:
-            from scalerl.commands.tasks import register_specs
-
-            register_specs(args.spec)
+        sources = sources_from_args(args)
         src = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")  # noqa: SIM115
         out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")  # noqa: SIM115
     except (OSError, ValueError, RuntimeError) as exc:
@@ -231,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     try:
         counts, skipped, fatal = score_lines(
-            src, out, sys.stderr, workers=args.workers, skip_bad=args.skip_bad, data=data
+            src, out, sys.stderr, workers=args.workers, skip_bad=args.skip_bad, sources=sources
         )
     finally:
         for f in (src, out):

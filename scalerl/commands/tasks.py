@@ -5,7 +5,9 @@ without a download, unless `--data` gives a local copy; any other task by readin
 task that fails to load is reported on its row and makes the exit code 1. `show` prints samples
 as the rollout engine will see them (chat messages with the task's system prompt) plus the gold
 and worked solution. `overlap A B` counts A's problems that B also holds (the contamination
-check of `scalerl eval`). `--data NAME=PATH` makes a task read a local copy.
+check of `scalerl eval`). `--spec`, `--data` and `--revision` are the task flags every command
+shares (scalerl/local_data.py). A loaded task also reports the rows it skipped as unusable and
+the duplicates it merged.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from scalerl.envs.bench import HubTask
 from scalerl.envs.catalog import prefixes, task_names
 from scalerl.envs.data import DataError
 from scalerl.envs.registry import UnknownTaskError
+from scalerl.envs.rows import Skipped
 from scalerl.envs.task import Task
-from scalerl.local_data import add_data_arg, data_for, parse_data, resolve_tasks, task_with_data
+from scalerl.local_data import Sources, add_task_args, sources_from_args, unused_note
 
 HELP = "list registered tasks (name, kind, split sizes, source) and show their samples"
 USER_ERRORS = (UnknownTaskError, DataError, ValueError, RuntimeError, OSError)
@@ -33,47 +36,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                 required=True)
     p = sub.add_parser("list", help="name, kind, split sizes and source of every task")
     p.add_argument("--json", action="store_true", help="one JSON object per task, one per line")
-    _add_spec(p)
+    add_task_args(p)
     p = sub.add_parser("show", help="print samples of one task")
     p.add_argument("name", help="task name, e.g. arith, arith:add2, rg:gcd")
     p.add_argument("--split", default="test", choices=SPLITS, help="split to show (test)")
     p.add_argument("-n", type=int, default=3, help="how many samples (3)")
     p.add_argument("--json", action="store_true", help="print samples as JSONL")
-    _add_spec(p)
+    add_task_args(p)
     p = sub.add_parser("overlap", help="how many of task A's problems task B also holds "
                        "(same normalised prompt, or a shared 13-word run)")
     p.add_argument("a", help="the task whose problems are counted (e.g. a benchmark)")
     p.add_argument("b", help="the task searched (e.g. a training set)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    _add_spec(p)
-
-
-def _add_spec(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--spec", action="append", default=[], metavar="FILE",
-        help="register the tasks of a YAML/JSON task spec, or import a .py file of "
-        "@register_task classes, first (repeatable)",
-    )
-    add_data_arg(p)
-
-
-def register_specs(paths: list[str]) -> None:
-    from scalerl.envs.spec import register_task_file
-
-    task_names()  # load built-ins, plugins and $SCALERL_TASKS first, so clashes are reported
-    for path in paths:
-        register_task_file(path)
+    add_task_args(p)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        register_specs(args.spec)
-        data = parse_data(args.data)
+        sources = sources_from_args(args)
         if args.tasks_command == "list":
-            return list_tasks(as_json=args.json, data=data)
+            return list_tasks(as_json=args.json, sources=sources)
+        used = [args.a, args.b] if args.tasks_command == "overlap" else [args.name]
+        note = unused_note("tasks", sources, used)
+        if note:
+            print(note, file=sys.stderr)
         if args.tasks_command == "overlap":
-            return overlap_tasks(args.a, args.b, data, as_json=args.json)
-        task = resolve_tasks([args.name], data)[args.name]
+            return overlap_tasks(args.a, args.b, sources, as_json=args.json)
+        task = sources.task(args.name)
         return show_task(task, args.split, args.n, as_json=args.json)
     except USER_ERRORS as exc:
         print(f"scalerl tasks: {exc}", file=sys.stderr)
@@ -88,16 +77,30 @@ def describe(task: Task) -> dict[str, Any]:
         row.update(splits=dict(task.declared_sizes), source=task.source, declared=True)
     else:
         row.update(splits={s: len(task.samples(s)) for s in task.splits}, source=task.source)
+        row.update(load_notes(task))
+    if task.revision:
+        row["revision"] = task.revision
     if isinstance(task, HubTask):  # a built-in benchmark: how the reports grade it
         row["grading"] = task.bench.grading
     return row
 
 
-def list_tasks(*, as_json: bool, data: dict | None = None) -> int:
+def load_notes(task: Task) -> dict[str, Any]:
+    """What loading a task's data left out: rows skipped as unusable (by reason) and
+    duplicates merged (same problem and gold); empty when nothing was."""
+    out: dict[str, Any] = {}
+    if task.skipped is not None and task.skipped.count:
+        out["skipped"] = task.skipped.by_reason()
+    if task.duplicates:
+        out["merged"] = task.duplicates
+    return out
+
+
+def list_tasks(*, as_json: bool, sources: Sources | None = None) -> int:
     rows, failed = [], 0
     for name in task_names():
         try:
-            rows.append(describe(task_with_data(name, data_for(name, data or {}))))
+            rows.append(describe((sources or Sources()).task(name)))
         except USER_ERRORS as exc:
             failed += 1
             rows.append({"name": name, "kind": "?", "splits": {}, "error": str(exc)})
@@ -117,7 +120,7 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
         (
             r["name"], r["kind"],
             *(str(r["splits"].get(s, "-")) for s in ("train", "val", "test")),
-            r.get("source") or f"error: {r.get('error', '')}",
+            _source_cell(r),
         )
         for r in rows
     ]
@@ -126,6 +129,15 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
         pairs = zip(row[:-1], widths, strict=True)
         cells = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(pairs)]
         print("  ".join(cells + [row[-1]]))
+
+
+def _source_cell(row: dict[str, Any]) -> str:
+    if "error" in row:
+        return f"error: {row['error']}"
+    reasons = tuple(row.get("skipped", {}).items())
+    notes = [Skipped(sum(n for _, n in reasons), reasons).line()] + (
+        [f"{row['merged']} duplicate rows merged"] if row.get("merged") else [])
+    return "; ".join(filter(None, [row.get("source", ""), *notes]))
 
 
 def show_task(task: Task, split: str, n: int, *, as_json: bool) -> int:
@@ -147,11 +159,11 @@ def show_task(task: Task, split: str, n: int, *, as_json: bool) -> int:
     return 0
 
 
-def overlap_tasks(a: str, b: str, data: dict, *, as_json: bool) -> int:
+def overlap_tasks(a: str, b: str, sources: Sources, *, as_json: bool) -> int:
     """How many of `a`'s problems (every split) `b` holds (every split)."""
     from scalerl.evaluation.contamination import overlap
 
-    tasks = resolve_tasks([a, b], data)
+    tasks = sources.resolve([a, b])
     every = {n: [s for split in t.splits for s in t.samples(split)] for n, t in tasks.items()}
     found = overlap(every[a], every[b])
     if as_json:

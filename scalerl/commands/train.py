@@ -28,6 +28,7 @@ from scalerl.config import (
     to_dict,
     validate,
 )
+from scalerl.local_data import Sources, add_task_args, sources_from_args, unused_note
 
 HELP = "train a policy with a ScaleRL recipe (no config: the tiny model on arith + synth_code)"
 EXIT_CODES = {0: "the run finished", 1: "it crashed (the traceback names the cause)",
@@ -84,10 +85,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "longest the budgets allow; a run's rollout/length_mean)")
     parser.add_argument("--prompt-tokens", type=int, default=None, metavar="N",
                         help="with --dry-run: mean prompt length (default 512)")
-    parser.add_argument("--data", action="append", default=[], metavar="NAME=PATH",
-                        help="task NAME of the mixture reads a local copy (its tasks[].data), "
-                        "or built-in benchmark NAME is checked against the training data at "
-                        "start-up from this copy (repeatable)")
+    add_task_args(parser)
 
 
 def resolve_run_dir(args: argparse.Namespace) -> Path:
@@ -117,32 +115,36 @@ def resumed_config(args: argparse.Namespace, run_dir: Path) -> tuple[RunConfig, 
     return validate(cfg), changes
 
 
-def with_data(cfg: RunConfig, items: list[str], resume: bool) -> tuple[RunConfig, dict]:
-    """`cfg` with each `--data NAME=PATH` of a mixture task as its `data:`, and the local
-    copies of built-in benchmarks given for the start-up contamination check; ConfigError for
-    a NAME that is neither."""
+def with_sources(cfg: RunConfig, sources: Sources, resume: bool) -> tuple[RunConfig, Sources]:
+    """`cfg` with each `--data NAME=PATH` / `--revision NAME=REV` of a mixture task as its
+    `data:` / `revision:`, and the rest for the start-up contamination check of the built-in
+    benchmarks (a NAME of any other task is not used: `unused_note`); ConfigError when they
+    come with `--resume` (the run's config.yaml names its tasks' data)."""
     import dataclasses
 
-    from scalerl.envs.bench import BENCHMARKS
     from scalerl.envs.registry import family
-    from scalerl.local_data import data_for, parse_data
+    from scalerl.local_data import data_for
 
-    try:
-        data = parse_data(items)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    if data and resume:
-        raise ConfigError("--data cannot be given with --resume (the run's config.yaml names "
-                          "its tasks' data)")
+    if (sources.data or sources.revisions) and resume:
+        raise ConfigError("--data and --revision cannot be given with --resume (the run's "
+                          "config.yaml names its tasks' data and revisions)")
     names = {t.name for t in cfg.tasks} | {family(t.name) for t in cfg.tasks}
-    stray = [k for k in data if k not in names and k not in BENCHMARKS]
-    if stray:
-        raise ConfigError(f"--data {stray[0]}: neither a task of the mixture "
-                          f"({', '.join(t.name for t in cfg.tasks)}) nor a built-in benchmark")
-    tasks = tuple(dataclasses.replace(t, data=data_for(t.name, data) or t.data)
-                  for t in cfg.tasks)
-    copies = {k: v for k, v in data.items() if k not in names}
-    return dataclasses.replace(cfg, tasks=tasks), copies
+    try:
+        tasks = tuple(dataclasses.replace(
+            t, data=data_for(t.name, sources.data) or t.data,
+            revision=data_for(t.name, sources.revisions) or t.revision) for t in cfg.tasks)
+    except ValueError as exc:
+        raise ConfigError(f"tasks: {' '.join(str(exc).split())}") from None
+    rest = Sources({k: v for k, v in sources.data.items() if k not in names},
+                   {k: v for k, v in sources.revisions.items() if k not in names})
+    return dataclasses.replace(cfg, tasks=tasks), rest
+
+
+def _sources(args: argparse.Namespace) -> Sources:
+    try:
+        return sources_from_args(args)
+    except ValueError as exc:
+        raise ConfigError(f"scalerl train: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -158,9 +160,10 @@ def run(args: argparse.Namespace) -> int:
             cfg, changes = resumed_config(args, run_dir)
         else:
             cfg = load_config(args.config, args.set)
-        cfg, copies = with_data(cfg, args.data, args.resume)
+        cfg, copies = with_sources(cfg, _sources(args), args.resume)
         if not args.dry_run:  # a dry run sizes the run: its tasks need not be registered here
             cfg = validate(cfg)
+        _note_unused(cfg, copies)
     except ConfigError as e:
         print(str(e), file=sys.stderr)
         return 2
@@ -181,6 +184,18 @@ def run(args: argparse.Namespace) -> int:
     recipe = None if args.resume else (args.config or DEFAULT_RECIPE)
     return train_command(cfg, run_dir, resume=args.resume, changes=changes,
                          verbose=args.verbose, recipe=recipe)
+
+
+def _note_unused(cfg: RunConfig, copies: Sources) -> None:
+    """One note line for `--data`/`--revision` NAMEs neither in the mixture nor a built-in
+    benchmark (whose copies the start-up contamination check reads)."""
+    from scalerl.envs.bench import BENCHMARKS
+
+    used = [t.name for t in cfg.tasks] + [n for n, b in BENCHMARKS.items()
+                                          if b.role == "benchmark"]
+    note = unused_note("train", copies, used)
+    if note:
+        print(note, file=sys.stderr)
 
 
 def dry_run_command(cfg: RunConfig, args: argparse.Namespace) -> int:

@@ -277,14 +277,41 @@ def _tasks(settings: EvalSettings, tasks: Mapping[str, Task] | None) -> list[Tas
     return [tasks[name] for name in settings.tasks]
 
 
+def task_data(tasks: Mapping[str, Task], split: str) -> dict[str, Any]:
+    """Where each evaluated task's rows came from (its source and hub revision) and what their
+    load left out (rows skipped as unusable, by reason; duplicates merged), read once."""
+    out = {}
+    for name, task in tasks.items():
+        task.samples(split)  # loads the data (cached: the evaluation reuses it)
+        skipped = task.skipped.by_reason() if task.skipped is not None else {}
+        out[name] = {"source": task.source, "revision": task.revision, "skipped": skipped,
+                     "merged": task.duplicates}
+    return out
+
+
+def data_lines(data: Mapping[str, Any]) -> list[str]:
+    """`data: <task>: N rows skipped (...); M duplicate rows merged`, for tasks that had any."""
+    lines = []
+    for name, row in data.items():
+        skipped = row["skipped"]
+        notes = [f"{sum(skipped.values())} rows skipped ("
+                 + "; ".join(f"{n} {r}" for r, n in skipped.items()) + ")"] if skipped else []
+        notes += [f"{row['merged']} duplicate rows merged"] if row["merged"] else []
+        if notes:
+            lines.append(f"data: {name}: {'; '.join(notes)}")
+    return lines
+
+
 def run_eval(models: Sequence[ModelRef], settings: EvalSettings, out_dir: str | Path,
              make_generator: Callable[[str], SupportsGenerate], *,
              close: Callable[[Any], None] = lambda g: g.close(), chunk: int = 64,
              tasks: Mapping[str, Task] | None = None,
-             contamination: dict[str, Any] | None = None) -> dict[str, Any]:
+             contamination: dict[str, Any] | None = None,
+             data: dict[str, Any] | None = None) -> dict[str, Any]:
     """Evaluate every model, write results.json, results.md (and results.png for several).
     `contamination` (scalerl/evaluation/contamination.py `report`, with the training tasks'
-    names) is written beside the figures."""
+    names) is written beside the figures, and `data` (each task's source, hub revision, rows
+    skipped and duplicates merged) beside them."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cache = RolloutCache(out_dir / "cache")
@@ -297,6 +324,6 @@ def run_eval(models: Sequence[ModelRef], settings: EvalSettings, out_dir: str | 
         entries.append({"model": ref.path, "label": ref.label, "step": ref.step,
                         "model_key": model_key(ref.path), **info, **report.to_dict()})
     results = {"settings": settings.summary(), "models": entries,
-               "contamination": contamination}
+               "contamination": contamination, "data": data}
     write_report(results, out_dir)
     return results

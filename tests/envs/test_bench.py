@@ -219,12 +219,21 @@ def test_offline_without_cache_or_copy_preflight_names_the_hub_id_and_data(tmp_p
     for var in ("HF_HUB_CACHE", "HF_DATASETS_CACHE"):
         monkeypatch.delenv(var, raising=False)
     problem = get_task("math500").preflight()
-    assert problem == ("hub dataset HuggingFaceH4/MATH-500 is not in the Hugging Face cache and "
-                       "HF_HUB_OFFLINE is set; give a local copy with --data math500=PATH (a "
-                       "jsonl/json/parquet file or a save_to_disk directory in the hub's schema)")
-    (tmp_path / "hub" / "datasets--HuggingFaceH4--MATH-500" / "snapshots" / "abc").mkdir(
-        parents=True)
-    assert get_task("math500").preflight() is None  # a cached copy is enough
+    pin = BENCHMARKS["math500"].source.revision
+    assert problem == (f"hub dataset HuggingFaceH4/MATH-500 at {pin} is not in the Hugging Face "
+                       "cache and HF_HUB_OFFLINE is set; give a local copy with --data "
+                       "math500=PATH (a jsonl/json/parquet file or a save_to_disk directory in "
+                       "the hub's schema)")
+    snapshots = tmp_path / "hub" / "datasets--HuggingFaceH4--MATH-500" / "snapshots"
+    (snapshots / ("0" * 40)).mkdir(parents=True)  # another commit is not the pinned one
+    assert get_task("math500").preflight() == (
+        f"hub dataset HuggingFaceH4/MATH-500 at {pin} is not in the Hugging Face cache (it holds "
+        f"{'0' * 40}; --revision math500=REV reads one) and HF_HUB_OFFLINE is set; give a local "
+        "copy with --data math500=PATH (a jsonl/json/parquet file or a save_to_disk directory "
+        "in the hub's schema)")
+    assert get_task("math500").with_revision("0" * 40).preflight() is None
+    (snapshots / pin).mkdir()
+    assert get_task("math500").preflight() is None  # the pinned commit cached is enough
     missing = get_task("gsm8k").with_data(str(tmp_path / "nope.jsonl")).preflight()
     assert missing == f"local copy {tmp_path / 'nope.jsonl'}: no such file or directory"
 
@@ -233,8 +242,9 @@ def test_a_row_without_a_needed_column_is_one_line_naming_row_and_columns(tmp_pa
     path = bf.write_jsonl(tmp_path / "g.jsonl", [bf.GSM8K[0], {"question": "Q?", "answr": "1"}])
     with pytest.raises(DataError) as err:
         get_task("gsm8k").with_data(str(path)).samples("test")
-    assert str(err.value) == (f"gsm8k: {path}: row 2: no non-empty text in column answer "
-                              "(columns: question, answr)")
+    assert str(err.value) == (f"gsm8k: {path}: 1 of 2 rows unusable, more than max_bad_fraction "
+                              "0.01; row 2: no non-empty text in column answer (columns: "
+                              "question, answr)")
 
 
 def test_answer_readers():
@@ -256,6 +266,7 @@ def test_the_docs_tables_name_every_builtin_with_its_hub_id_and_size():
     page = (root / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     for bench in BENCHMARKS.values():
         assert f"`{bench.source.repo}`" in page and bench.source.repo in readme, bench.name
+        assert f"| `{bench.source.revision}` |" in page, (bench.name, "its pinned revision")
         assert f"`{bench.name}`" in page, bench.name
         if bench.size_exact:
             assert f"({bench.size:,})" in page, (bench.name, bench.size)

@@ -13,6 +13,7 @@ from scalerl.envs.base import Score
 from scalerl.envs.data import (
     DataError,
     assign_splits,
+    identity_key,
     is_hub_id,
     load_rows,
     normalize_prompt,
@@ -99,6 +100,29 @@ def test_assign_splits_drops_duplicates_and_heldout_keys():
     assert split.train == (0, 1, 4) and split.duplicates == 2
 
 
+def test_identity_is_the_normalised_prompt_and_its_gold():
+    gold_tests = {"type": "assert", "test": "assert f(1) == 2"}
+    assert identity_key(" What  is 2+2?", " 4 ") == hashlib.sha256(
+        b"what is 2+2?\x004").hexdigest()
+    assert identity_key("Q", gold_tests) == hashlib.sha256(
+        b'q\x00{"test": "assert f(1) == 2", "type": "assert"}').hexdigest()  # keys sorted
+    assert identity_key("Q", "4") != identity_key("Q", "5")
+
+
+def test_two_golds_of_one_text_are_kept_and_split_together_exact_copies_merged():
+    texts = [prompt_key(f"q{i}") for i in range(300)]
+    groups = texts + texts[:50] + texts[:10]  # 50 texts again with another gold, 10 exact copies
+    keys = [f"{g}:gold-a" for g in texts] + [f"{g}:gold-b" for g in texts[:50]] + [
+        f"{g}:gold-a" for g in texts[:10]]
+    split = assign_splits(keys, test_fraction=0.3, groups=groups)
+    assert split.duplicates == 10 and split.dropped == tuple(range(350, 360))
+    where = {i: name for name in ("train", "test") for i in split.get(name)}
+    assert len(where) == 350
+    assert all(where[300 + i] == where[i] for i in range(50))  # the other gold: same split
+    banned = assign_splits(keys, test_fraction=0.0, groups=groups, heldout_keys=texts[:5])
+    assert banned.dropped[:7] == (0, 1, 2, 3, 4, 300, 301)  # a held-out text, any gold
+
+
 def test_bad_fractions_are_rejected_with_their_values():
     with pytest.raises(ValueError, match="test_fraction \\+ val_fraction = 1.2"):
         assign_splits(["a"], test_fraction=0.7, val_fraction=0.5)
@@ -155,7 +179,8 @@ def test_missing_field_names_file_row_field_and_the_fields_that_exist(tmp_path, 
     with pytest.raises(DataError) as info:
         task.samples("train")
     msg = str(info.value)
-    assert msg == f"{data}: row 2: field 'answer' is missing (row has: q, ans)"
+    assert msg == (f"{data}: 1 of 2 rows unusable, more than max_bad_fraction 0.01; row 2: "
+                   "field 'answer' is missing (columns: q, ans)")
 
 
 def test_no_prompt_column_lists_the_columns(tmp_path, toy_kind):
@@ -178,6 +203,41 @@ def test_duplicate_of_a_heldout_prompt_never_reaches_train(tmp_path, toy_kind):
     assert test_keys.isdisjoint(other)
     assert len(other) == len(set(other)) == 40 - 1  # 42 rows - 2 held out - 1 duplicate
     assert task.duplicates == 3
+
+
+def test_a_prompt_with_two_answers_is_two_samples_in_one_split_with_distinct_ids(tmp_path,
+                                                                                toy_kind):
+    rows = [{"problem": f"P{i}", "answer": str(i)} for i in range(60)]
+    rows += [{"problem": "p7", "answer": "seven"}, {"problem": "P8", "answer": "8"}]
+    task = FileTask("t", "toy", write_jsonl(tmp_path / "d.jsonl", rows), test_fraction=0.3)
+    every = {s.id: (split, s) for split in task.splits for s in task.samples(split)}
+    assert len(every) == 61 and task.duplicates == 1  # P8 with 8 again: merged
+    sevens = [(split, s.answer) for split, s in every.values() if s.prompt.lower() == "p7"]
+    assert sorted(a for _, a in sevens) == ["7", "seven"] and len({sp for sp, _ in sevens}) == 1
+    key = prompt_key("p7")[:16]
+    assert {i for i in every if i.startswith(key)} == {
+        f"{key}-{identity_key('P7', '7')[:8]}", f"{key}-{identity_key('p7', 'seven')[:8]}"}
+
+
+def test_unusable_rows_of_a_file_are_skipped_counted_and_reported_once(tmp_path, toy_kind,
+                                                                        caplog):
+    rows = [{"problem": f"P{i}", "answer": str(i)} for i in range(200)]
+    rows[40]["answer"], rows[90]["problem"] = "", None
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    task = FileTask("t", "toy", data)
+    with caplog.at_level("WARNING", logger="scalerl.data"):
+        assert sum(len(task.samples(s)) for s in task.splits) == 198
+        task.samples("test")
+    assert task.skipped.by_reason() == {"field 'answer' is missing": 1,
+                                        "field 'problem' is missing": 1}
+    assert [r.getMessage() for r in caplog.records] == [
+        f"t: {data}: 2 rows skipped (1 field 'answer' is missing; 1 field 'problem' is "
+        "missing) of 200 read"]
+    assert next(s for s in task.samples("train") + task.samples("test")
+                if s.prompt == "P41").meta["row"] == 42  # row numbers stay the file's
+    with pytest.raises(DataError, match="2 of 200 rows unusable, more than max_bad_fraction "
+                                        "0.005; row 41: field 'answer' is missing"):
+        FileTask("t", "toy", data, max_bad_fraction=0.005).samples("train")
 
 
 def test_hash_split_of_a_file_task_is_the_same_in_another_process(tmp_path, toy_kind):
@@ -234,7 +294,9 @@ def test_math_format_solution_without_boxed_is_a_row_error(tmp_path):
         {"problem": "a", "solution": "so \\boxed{2}", "level": "Level 1"},
         {"problem": "b", "solution": "the answer is 3", "level": "Level 2"},
     ])
-    with pytest.raises(DataError, match=r"math\.jsonl: row 2: field 'solution': .*no \\boxed"):
+    with pytest.raises(DataError, match=r"math\.jsonl: 1 of 2 rows unusable, more than "
+                                        r"max_bad_fraction 0.01; row 2: field 'solution': "
+                                        r".*no \\boxed"):
         FileTask("m", "math", data).samples("train")
 
 

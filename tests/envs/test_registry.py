@@ -171,6 +171,21 @@ def test_spec_errors_are_one_line_naming_the_file_and_key(tmp_path):
         register_spec_file(bad)
     with pytest.raises(SpecError, match=r"nope\.yaml: no such task spec file"):
         register_spec_file(tmp_path / "nope.yaml")
+    bad.write_text("name: x\nkind: math\ndata: d.jsonl\nmax_bad_fraction: 2\n")
+    with pytest.raises(SpecError, match=r"\(x\): max_bad_fraction must be a number in \[0, 1\]"):
+        register_spec_file(bad)
+
+
+def test_a_spec_sets_the_share_of_unusable_rows_it_tolerates(tmp_path):
+    rows = [{"problem": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(20)]
+    rows[3]["answer"] = ""  # 1 of 20 = 5%: over the default 1%, under the spec's 10%
+    write_jsonl(tmp_path / "d.jsonl", rows)
+    (tmp_path / "t.yaml").write_text("name: tolerant\nkind: math\ndata: d.jsonl\n"
+                                     "max_bad_fraction: 0.1\n")
+    register_spec_file(tmp_path / "t.yaml")
+    task = get_task("tolerant")
+    assert sum(len(task.samples(s)) for s in task.splits) == 19
+    assert task.skipped.by_reason() == {"field 'answer' is missing": 1}
 
 
 def _run(args, env_extra=None, **kw):

@@ -108,7 +108,9 @@ def test_tasks_list_shows_hub_ids_and_card_sizes_and_show_reads_a_copy(copies, c
     assert cli.main(["tasks", "list", "--json", *data_flags(copies, "mbpp")]) == 0
     rows = {r["name"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
     assert rows["math500"]["splits"] == {"test": 500} and rows["math500"]["declared"]
-    assert rows["math500"]["source"] == "hub HuggingFaceH4/MATH-500 (test)"
+    pin = "6e4ed1a2a79af7d8630a6b768ec859cb5af4d3be"
+    assert rows["math500"]["source"] == f"hub HuggingFaceH4/MATH-500 (test) at {pin}"
+    assert rows["math500"]["revision"] == pin and "revision" not in rows["mbpp"]
     assert rows["deepcoder"]["splits"] == {"train": 24287}
     assert rows["gsm8k"]["grading"] == "the number after `#### ` in `answer`, math-verify"
     assert rows["mbpp"]["splits"] == {"test": 6} and "declared" not in rows["mbpp"]
@@ -135,13 +137,14 @@ def test_tasks_overlap_prints_the_planted_overlap(copies, capsys):
 
 
 def test_a_training_run_holding_benchmark_problems_warns_at_start_up(copies):
-    from scalerl.commands.train import with_data
+    from scalerl.commands.train import with_sources
+    from scalerl.local_data import Sources
     from scalerl.training import contamination_warnings
 
     cfg = load_config("scalerl", ["tasks=[{name: polaris}]"])
-    cfg, extra = with_data(cfg, [f"polaris={copies['polaris']}", f"math500={copies['math500']}",
-                                 f"gsm8k={copies['gsm8k']}"], resume=False)
-    assert cfg.tasks[0].data == copies["polaris"] and set(extra) == {"math500", "gsm8k"}
+    given = Sources({n: copies[n] for n in ("polaris", "math500", "gsm8k")})
+    cfg, extra = with_sources(cfg, given, resume=False)
+    assert cfg.tasks[0].data == copies["polaris"] and set(extra.data) == {"math500", "gsm8k"}
     lines = contamination_warnings(cfg, extra)
     assert lines == [
         "warning: training task polaris holds 1 of math500's 5 problems (1 same prompt, 1 "
@@ -151,8 +154,12 @@ def test_a_training_run_holding_benchmark_problems_warns_at_start_up(copies):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--data", "nothing=x.jsonl"], "--data nothing: neither a task of the mixture (arith, "
-     "synth_code) nor a built-in benchmark"),
+    (["--data", "nothing=x.jsonl"], "scalerl train: --data nothing: no task 'nothing'; known "
+     "tasks: aime24, aime25, amc23, arith, "),
+    (["--revision", "nothing=main"], "scalerl train: --revision nothing: no task 'nothing'"),
+    (["--revision", "arith=main"], "tasks[0].revision: task 'arith' is not read from the hub"),
+    (["--data", "math500=m.jsonl", "--revision", "math500=main"],
+     "--data math500 and --revision math500: a local copy has no hub revision"),
     (["--data", "arith=x.jsonl"], "tasks[0].data: task 'arith' reads no data file"),
     (["--data", "arith"], "--data 'arith': expected NAME=PATH"),
 ])
@@ -172,7 +179,8 @@ def test_eval_offline_without_copy_stops_in_preflight_naming_hub_id_and_fix(
                      "--out", str(tmp_path / "o")]) == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["scalerl eval: task 'livecodebench:2024-08..2025-02' cannot be verified here: "
-                   "hub dataset livecodebench/code_generation_lite is not in the Hugging Face "
+                   "hub dataset livecodebench/code_generation_lite at "
+                   "0fe84c3912ea0c4d4a78037083943e8f0c4dd505 is not in the Hugging Face "
                    "cache and HF_HUB_OFFLINE is set; give a local copy with --data "
                    "livecodebench=PATH (a jsonl/json/parquet file or a save_to_disk directory "
                    "in the hub's schema)"]
@@ -195,10 +203,19 @@ def test_a_training_task_without_data_here_is_skipped_not_fatal(copies, model, t
     assert found["train_tasks"] == ["polaris"] and found["benchmarks"]["math500"]["exact"] == 1
 
 
-def test_eval_data_for_a_task_not_evaluated_is_one_line(copies, model, tmp_path, capsys):
+def test_eval_data_for_a_task_not_evaluated_is_a_note_and_no_task_is_refused(
+        copies, model, tmp_path, capsys):
+    plan = plan_of(["--model", model, "--tasks", "gsm8k", "--out", str(tmp_path),
+                    *data_flags(copies, "gsm8k", "mbpp", "polaris")])
+    assert list(plan.tasks) == ["gsm8k"] and plan.tasks["gsm8k"].data == copies["gsm8k"]
+    assert capsys.readouterr().err.splitlines() == [
+        "scalerl eval: note: --data/--revision for mbpp, polaris: not used by this command "
+        "(ignored)"]
     assert cli.main(["eval", "--model", model, "--tasks", "gsm8k", "--out", str(tmp_path),
-                     *data_flags(copies, "gsm8k", "mbpp")]) == 2
-    assert "--data mbpp: no task 'mbpp' among gsm8k" in capsys.readouterr().err
+                     "--data", "gsm9k=x.jsonl"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "scalerl eval: --data gsm9k: no task 'gsm9k'; known tasks: aime24, aime25, amc23, ")
 
 
 def test_score_reads_a_benchmark_from_its_local_copy(copies, tmp_path, capsys):
