@@ -149,6 +149,8 @@ def loop(run: Run) -> None:
         stop = stop_for_errors(run, groups)
         if not stop and validation_due(run):
             validate_everywhere(run)
+        run.step_weights = None  # sent and validated: a gathered copy is not held into the next
+        # step (the rollout source keeps its own reference only until it has sent them)
         end_step(run)  # the trackers get the step whole, before its checkpoint
         here = boundary(run)
         if (stop or here.stop or here.save or due(run.step, cfg.checkpoint.every)
@@ -241,7 +243,8 @@ def source_settings(cfg: TrainerConfig, tasks: Mapping[str, TrainTask]) -> Sourc
                           prompts_per_step=o.prompts_per_step,
                           rollouts_per_prompt=o.rollouts_per_prompt,
                           temperature=cfg.policy.temperature, seed=cfg.seed, k=o.k,
-                          max_lag=o.max_lag)
+                          max_lag=o.max_lag, max_in_flight=o.max_in_flight,
+                          batch_wait_s=o.batch_wait_s, stall_s=o.stall_s)
 
 
 def restore(run: Run, path: Path) -> None:

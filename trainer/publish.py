@@ -172,8 +172,10 @@ class NCCLPublisher:
     finish_weight_update) between `hold()` (pause keeping the KV cache) and `release(version)`.
 
     Every tensor is first staged (`prepare`) on the sender's device in the engine's dtype, before
-    the engine is touched: vLLM's `PyNcclCommunicator.broadcast` refuses a tensor off its device,
-    and a failure there used to leave the engine waiting. A failure before any weight reached
+    the engine is touched (and is referenced here only until the send ends: a staged copy held
+    into the next step is 15.3 GiB of rank 0's GPU at 8B): vLLM's
+    `PyNcclCommunicator.broadcast` refuses a tensor off its device, and a failure there used to
+    leave the engine waiting. A failure before any weight reached
     the workers is undone: `abort()` ends the workers' half-open reload (their layers get their
     current weights back) and `release(last version)` resumes generation, so the engine keeps
     its version and generates again. A failure after some chunks arrived leaves the engine
@@ -218,6 +220,8 @@ class NCCLPublisher:
         self._engine: Any = None
         self._comm: _CountingComm | None = None
         self._broken: str | None = None
+        self._staged_on: dict[tuple[int, int], Any] = {}
+        """The last CUDA event recorded on each stream `prepare` staged on (empty off CUDA)."""
 
     def prepare(self, tensor: torch.Tensor) -> torch.Tensor:
         """A weight as it is broadcast: on the sender's device, in the engine's dtype (cast on
@@ -225,7 +229,13 @@ class NCCLPublisher:
         t = tensor.detach()
         if t.is_floating_point() and t.dtype != self.dtype:
             t = t.to(self.dtype)
-        return t.to(self.device).contiguous()
+        t = t.to(self.device).contiguous()
+        if t.is_cuda:  # the stream this was staged on, for `_wait_for_staging`
+            stream = torch.cuda.current_stream(t.device)
+            event = torch.cuda.Event()
+            event.record(stream)
+            self._staged_on[(t.device.index, stream.stream_id)] = event
+        return t
 
     def connect(self) -> None:
         """Rendezvous with the vLLM workers (blocks until they join, up to timeout_s)."""
@@ -261,9 +271,13 @@ class NCCLPublisher:
             raise PublishError(f"staging {what} on {self.device} failed ({e}); the engine was "
                                f"not touched and keeps version {self._last}") from e
         what = f"weights version {version} ({len(tensors)} tensors) over NCCL"
+        count = len(tensors)
+        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
         if self._engine is None:
             self.connect()
+        self._wait_for_staging()
         self._engine.source = _TensorSource(tensors)
+        del tensors  # the source holds the only reference, dropped once they are sent
         self._comm.sent = 0
         try:
             if self.hold:
@@ -271,11 +285,21 @@ class NCCLPublisher:
             call_with_timeout(self._engine.send_weights, self.timeout_s, what)
         except Exception as e:
             self._undo(e, what)
+        finally:  # the staged copy (15.3 GiB of bf16 at 8B) is not held past the send
+            self._engine.source = _TensorSource({})
         if self.release:
             self.release(version)
         self._last = version
-        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
-        return PublishStats(version, len(tensors), nbytes, time.monotonic() - t0, self.transport)
+        return PublishStats(version, count, nbytes, time.monotonic() - t0, self.transport)
+
+    def _wait_for_staging(self) -> None:
+        """Before vLLM's producer reads the staged tensors on streams of its own (vLLM 0.32
+        `packed_nccl_broadcast_producer` packs on `_get_streams`' new streams, which wait on
+        nothing): the casts and copies staged on the streams current in `prepare` must be done.
+        A no-op off CUDA (nothing is asynchronous there)."""
+        staged, self._staged_on = self._staged_on, {}
+        for event in staged.values():
+            event.synchronize()
 
     def _undo(self, error: Exception, what: str) -> None:
         """After a failed send: resume the engine on its previous weights when none of the new

@@ -12,9 +12,11 @@ engine too, slow test), one after some moved leaves it paused and stops further 
 from __future__ import annotations
 
 import contextlib
+import gc
 
 import pytest
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from scalerl.trainer.publish import NCCLPublisher, PublishError
 
@@ -129,6 +131,24 @@ def test_a_failure_after_weights_moved_leaves_the_engine_paused_and_refuses_more
     assert engine.calls == ["init", "hold", "start", "update"]
     with pytest.raises(PublishError, match="publisher is unusable"):
         pub.publish(weights(), 2)
+
+
+def test_no_staged_tensor_is_held_after_a_publish_or_a_failed_one(comm):
+    """The staged copy (the engine's dtype on the sender's GPU: 15.3 GiB at 8B) is referenced by
+    the publisher only while it is sent; it used to stay on the engine's source into the next
+    step. Staged as the sharded gather stages it: `prepare` per tensor, then handed over."""
+    engine = Engine()
+    pub = publisher(engine)
+    for version, fail in ((1, False), (2, True)):
+        comm.fail_at = len(comm.chunks) if fail else None  # the next chunk fails
+        staged = {n: pub.prepare(t) for n, t in weights().items()}
+        alive = [StorageWeakRef(t.untyped_storage()) for t in staged.values()]
+        with contextlib.suppress(PublishError):
+            pub.publish(iter(list(staged.items())), version)
+        del staged
+        gc.collect()
+        assert [r.expired() for r in alive] == [True] * 3, f"version {version}"
+    assert engine.calls[-1] == "release 1"  # version 1 sent; 2 failed and was undone
 
 
 @pytest.mark.slow
