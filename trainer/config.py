@@ -258,6 +258,19 @@ class OffPolicyConfig:
     without padding up to this many (a longer row gets a micro-batch of its own), and
     `micro_batch_size` is not used. None: `micro_batch_size` right-padded rows. The step is
     exact whatever this is; activation memory grows with it (`scalerl train --dry-run`)."""
+    max_in_flight: int | None = None
+    """PipelineRL-k: most rollouts generating at once (whole prompts; the engines' queue holds
+    the ones they cannot run yet). None: 2x the sequences the engines decode at once (their
+    `max_num_seqs`), at least one batch (prompts_per_step x rollouts_per_prompt), at most the
+    lag window ((max_lag + 1) batches)."""
+    batch_wait_s: float | None = None
+    """PipelineRL-k: most seconds the trainer waits for one batch; None: no limit while
+    generation makes progress (`stall_s`). Past it the run checkpoints and stops (exit 75;
+    `--resume` regenerates the unfinished prompts)."""
+    stall_s: float | None = 1800.0
+    """PipelineRL-k: most seconds the trainer waits while no prompt's group completes and no
+    token is generated; then the run checkpoints and stops as with `batch_wait_s`. None: no
+    limit."""
 
     SECTION = "offpolicy"
 
@@ -272,6 +285,13 @@ class OffPolicyConfig:
             (self.micro_batch_size >= 1, "micro_batch_size", "must be >= 1"),
             (self.micro_batch_tokens is None or self.micro_batch_tokens >= 1,
              "micro_batch_tokens", "must be >= 1 or null (micro_batch_size padded rows)"),
+            (self.max_in_flight is None
+             or self.max_in_flight >= self.prompts_per_step * self.rollouts_per_prompt,
+             "max_in_flight", f"must be >= one batch, prompts_per_step x rollouts_per_prompt = "
+             f"{self.prompts_per_step * self.rollouts_per_prompt}, or null (from the engines)"),
+            (self.batch_wait_s is None or self.batch_wait_s > 0, "batch_wait_s",
+             "must be > 0 or null (no limit while generation makes progress)"),
+            (self.stall_s is None or self.stall_s > 0, "stall_s", "must be > 0 or null"),
         ])
 
 
@@ -401,3 +421,29 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, [(self.steps > 0, "steps", "must be > 0")])
+        lost = lost_updates(self.policy.dtype, self.optim.lr)
+        if lost:
+            raise FieldError(self.policy, [("dtype", lost)])
+
+
+SIGNIFICANT_BITS = {"bfloat16": 8, "float16": 11}
+"""Significant bits of a 16-bit master weight, the implicit one included: bfloat16 stores 7
+fraction bits (Kalamkar et al. 2019, "A Study of BFLOAT16 for Deep Learning Training", §2),
+float16 10 (IEEE 754-2008 binary16)."""
+TYPICAL_WEIGHT = 0.02
+"""|w| of a typical weight: Qwen3's and Qwen2.5's config.json `initializer_range`."""
+
+
+def lost_updates(dtype: str, lr: float) -> str:
+    """Why master weights in `dtype` would lose every AdamW update at `lr` ("" when they keep
+    them): AdamW moves a weight by about lr a step (Kingma & Ba 2015, §2.1: the step is bounded
+    by the learning rate), and round-to-nearest drops a change below half a unit in the last
+    place, which is at least 2^-(bits + 1) x |w| (bf16: 2^-9 |w|)."""
+    bits = SIGNIFICANT_BITS.get(dtype)
+    floor = None if bits is None else TYPICAL_WEIGHT * 2.0 ** -(bits + 1)
+    if floor is None or lr >= floor:
+        return ""
+    return (f"master weights in {dtype} ({bits} significant bits) lose every AdamW update at "
+            f"optim.lr = {lr:g}: a step of about lr is below half an ulp of a weight of "
+            f"|w| = {TYPICAL_WEIGHT:g} (2^-{bits + 1} x |w| = {floor:.2g}) "
+            "and rounds away; use policy.dtype auto (fp32 master weights, bf16 compute)")
