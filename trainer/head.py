@@ -40,7 +40,8 @@ class _ChunkedHead(torch.autograd.Function):
     """(N, H) hidden states -> (N,) logprobs of `targets` and (N,) entropies, chunk by chunk."""
 
     @staticmethod
-    def forward(ctx, h, weight, bias, targets, temperature, chunk, shape, fp32_out):
+    def forward(ctx, h, master, bias, targets, temperature, chunk, shape, fp32_out, accumulate):
+        weight = master.to(h.dtype)  # the operands' copy (the weight itself when no cast)
         n = h.shape[0]
         out_lp = torch.empty(shape, dtype=torch.float32, device=h.device)
         out_ent = torch.empty(shape, dtype=torch.float32, device=h.device)
@@ -56,6 +57,7 @@ class _ChunkedHead(torch.autograd.Function):
                 entropy[s:s + chunk] = -(z.exp().mul_(z)).sum(-1)
         ctx.save_for_backward(h, weight, bias, targets, lse)
         ctx.temperature, ctx.chunk, ctx.fp32_out = temperature, chunk, fp32_out
+        ctx.master_dtype, ctx.accumulate = master.dtype, ACCUMULATE[accumulate]
         ctx.mark_non_differentiable(out_ent)
         return out_lp, out_ent
 
@@ -77,15 +79,68 @@ class _ChunkedHead(torch.autograd.Function):
                 dz = dz.div_(temperature).to(h.dtype)
                 if grad_h is not None:
                     grad_h[s:s + chunk] = dz @ weight
-                if dz.dtype == grad_w.dtype:
-                    grad_w.addmm_(dz.t(), hc)
-                else:
-                    grad_w += (dz.t() @ hc).float()
+                ctx.accumulate(grad_w, dz, hc)
                 if grad_b is not None:
                     grad_b += dz.float().sum(0)
-        grad_w = grad_w.to(weight.dtype)
+        # the master weight's own dtype: an fp32 master gets the fp32 sum itself (no bf16
+        # rounding of it, no bf16 copy and no cast back by autograd)
+        grad_w = grad_w.to(ctx.master_dtype)
         grad_b = None if grad_b is None else grad_b.to(bias.dtype)
-        return grad_h, grad_w, grad_b, None, None, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None, None, None
+
+
+def _addmm_fp32(grad_w: Tensor, dz: Tensor, hc: Tensor) -> None:
+    """grad_w (fp32) += dz^T hc, the products of narrower operands summed into grad_w in fp32
+    with no (vocabulary, hidden) temporary: `torch.addmm(..., out_dtype=float32, out=grad_w)`
+    on CUDA (aten::addmm.dtype_out, torch 2.13; NOT RUN ON A GPU YET), the same sums from the
+    operands cast to fp32 on CPU, which has no such kernel."""
+    if dz.dtype == grad_w.dtype:
+        grad_w.addmm_(dz.t(), hc)
+    elif dz.is_cuda:
+        torch.addmm(grad_w, dz.t(), hc, out_dtype=torch.float32, out=grad_w)
+    else:
+        grad_w.addmm_(dz.t().float(), hc.float())
+
+
+def _matmul_then_cast(grad_w: Tensor, dz: Tensor, hc: Tensor) -> None:
+    """The former accumulation, kept to measure against (scripts/gpu-check): dz^T hc in the
+    operands' dtype (a bf16 (vocabulary, hidden) temporary, rounded), then an fp32 copy of it."""
+    if dz.dtype == grad_w.dtype:
+        grad_w.addmm_(dz.t(), hc)
+    else:
+        grad_w += (dz.t() @ hc).float()
+
+
+ACCUMULATE = {"addmm": _addmm_fp32, "matmul": _matmul_then_cast}
+"""How the head's backward sums the weight gradient, by name (`head_token_stats(accumulate=)`)."""
+
+
+ENGINE_ORDER_NORMS = ("Qwen2RMSNorm", "Qwen3RMSNorm", "LlamaRMSNorm")
+"""transformers' RMSNorms computed as `weight * normed.to(input dtype)` (transformers 5:
+models/qwen3/modeling_qwen3.py Qwen3RMSNorm.forward; Qwen2's and Llama's are the same), whose
+final norm `match_engine_norm` can compute in vLLM's order."""
+
+
+def match_engine_norm(model: torch.nn.Module, operands: torch.dtype) -> bool:
+    """Make `model`'s final norm multiply by its weight rounded to `operands`, as vLLM 0.32's
+    engine in that dtype does (vllm/ir/ops/layernorm.py `rms_norm`: the fp32 normalised values
+    cast to the weight's dtype, times the weight, in that dtype); transformers multiplies by the
+    fp32 master weight, so the FP32 head's bf16 operands were rounded from a different product.
+    The gradient reaches the master weight through the cast. False (unchanged) when the model's
+    final norm is not one of `ENGINE_ORDER_NORMS`. The norm's names and weights are unchanged."""
+    base = getattr(model, getattr(model, "base_model_prefix", ""), None)
+    norm = getattr(base, "norm", None)
+    if type(norm).__name__ not in ENGINE_ORDER_NORMS:
+        return False
+
+    def forward(x: Tensor) -> Tensor:
+        dtype = x.dtype
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+        return (h.to(dtype).to(operands) * norm.weight.to(operands)).to(dtype)
+
+    norm.forward = forward
+    return True
 
 
 def head_dtype(h: Tensor, fp32: bool) -> torch.dtype:
@@ -103,7 +158,8 @@ def head_dtype(h: Tensor, fp32: bool) -> torch.dtype:
 
 def head_token_stats(h: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, *,
                      temperature: float = 1.0, fp32: bool = True, chunk: int = 1024,
-                     operands: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
+                     operands: torch.dtype = torch.float32, accumulate: str = "addmm"
+                     ) -> tuple[Tensor, Tensor]:
     """Logprobs of `targets` and entropies under the head (`weight`, `bias`) at `temperature`,
     for hidden states `h` of shape (..., H); both outputs have shape `h.shape[:-1]`, in fp32.
 
@@ -112,14 +168,18 @@ def head_token_stats(h: Tensor, weight: Tensor, bias: Tensor | None, targets: Te
     `chunk`: tokens per chunk (the logits held at once are chunk x vocabulary fp32 values).
     `operands` (FP32 head only): the dtype `h` and the weight are rounded to before the
     matmul; bfloat16 is vLLM 0.32's FP32 head (bf16 operands, fp32 accumulation and output).
+    `accumulate`: how the backward sums the weight gradient (`ACCUMULATE`). The weight is cast
+    to the operands' dtype inside, so its gradient comes back in its own dtype unrounded.
     """
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1 token, got {chunk}")
+    if accumulate not in ACCUMULATE:
+        raise ValueError(f"accumulate {accumulate!r}: one of {', '.join(ACCUMULATE)}")
     dtype = operands if fp32 else head_dtype(h, fp32)
     shape = tuple(h.shape[:-1])
     flat = h.reshape(-1, h.shape[-1]).to(dtype)
-    w = weight.to(dtype)
     b = None if bias is None else bias.to(dtype)
     # the outputs are made in `shape`, not viewed into it: FSDP2 hooks a module's outputs, and
     # an in-place op on a returned view would drop its hook
-    return _ChunkedHead.apply(flat, w, b, targets.reshape(-1), temperature, chunk, shape, fp32)
+    return _ChunkedHead.apply(flat, weight, b, targets.reshape(-1), temperature, chunk, shape,
+                              fp32, accumulate)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from scalerl.trainer.head import head_token_stats
+from scalerl.trainer.head import head_token_stats, match_engine_norm
 from scalerl.trainer.packing import PACKED_ATTENTION, Packed, boundaries, packed_positions
 
 Tensor = torch.Tensor
@@ -148,6 +148,8 @@ class PolicyModule(nn.Module):
         self.model = model
         self.chunk_tokens = chunk_tokens
         self.head_operands = head_operands
+        if head_operands != "float32":  # the engine's final norm order (trainer/head.py)
+            match_engine_norm(model, DTYPES[head_operands])
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None, prompt_lens: Tensor,
                 completion_lens: Tensor, temperature: float = 1.0, fp32_head: bool = True,

@@ -96,3 +96,62 @@ def test_bf16_operands_are_vllms_fp32_head_products_of_rounded_values_summed_in_
     # gradients reach the fp32 tensors through the rounding, within bf16's resolution
     torch.testing.assert_close(h.grad, hr.grad, rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(w.grad, wr.grad, rtol=2e-2, atol=2e-2)
+
+
+def test_the_fp32_weight_gradient_of_bf16_operands_is_summed_and_returned_unrounded():
+    """dW = sum over chunks of dz^T h, dz and h the bf16 operands: summed in fp32 into the fp32
+    gradient (GPU: torch.addmm(..., out_dtype=float32, out=grad)); it used to be each chunk's
+    bf16 product, an fp32 copy of it, and the sum rounded to bf16 before autograd cast it back."""
+    g = torch.Generator().manual_seed(3)
+    h = torch.randn(9, 16, generator=g, requires_grad=True)
+    w = torch.randn(40, 16, generator=g, requires_grad=True)
+    targets = torch.randint(0, 40, (9,), generator=g)
+    grads = {}
+    for how in ("addmm", "matmul"):
+        w.grad = None
+        lp, _ = head_token_stats(h, w, None, targets, chunk=4, operands=torch.bfloat16,
+                                 temperature=0.7, accumulate=how)
+        lp.sum().backward()
+        grads[how] = w.grad.clone()
+    assert grads["addmm"].dtype == torch.float32
+    # by hand: softmax of the rounded operands' logits, dz = (onehot - p) / T in bf16, per row
+    hr, wr = h.detach().bfloat16(), w.detach().bfloat16()
+    p = torch.softmax(hr.double() @ wr.double().t() / 0.7, -1)
+    dz = ((torch.nn.functional.one_hot(targets, 40) - p) / 0.7).bfloat16()
+    ref = dz.double().t() @ hr.double()
+    torch.testing.assert_close(grads["addmm"].double(), ref, rtol=2e-2, atol=1e-6)
+    err = {k: (v.double() - ref).abs().max().item() for k, v in grads.items()}
+    assert err["addmm"] < 1e-5 < err["matmul"], err  # the old path rounds to bf16 twice
+    with pytest.raises(ValueError, match="accumulate 'mm': one of addmm, matmul"):
+        head_token_stats(h, w, None, targets, accumulate="mm")
+
+
+@pytest.mark.parametrize("body", [torch.bfloat16, torch.float32])
+def test_the_final_norm_gives_the_head_vllms_bf16_values_bit_for_bit(body):
+    """vLLM 0.32's RMSNorm (vllm/ir/ops/layernorm.py, native): normalised in fp32, cast to the
+    bf16 weight's dtype, times the bf16 weight. transformers multiplies by the fp32 master
+    weight, so the bf16 operands the FP32 head rounds to came from another product."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from vllm.ir.ops.layernorm import rms_norm
+
+    from scalerl.trainer.head import match_engine_norm
+
+    config = Qwen3Config(vocab_size=64, hidden_size=256, intermediate_size=64,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                         head_dim=128)
+    model = Qwen3ForCausalLM(config)
+    g = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        model.model.norm.weight.copy_(1 + torch.randn(256, generator=g) / 3)
+    x = torch.randn(64, 256, generator=g).bfloat16()
+    w = model.model.norm.weight
+    vllm = rms_norm.impls["native"].impl_fn(x, w.detach().bfloat16(), config.rms_norm_eps)
+    hf = model.model.norm(x.to(body)).bfloat16()  # what the head's bf16 operands were
+    assert not torch.equal(hf, vllm)  # the fp32 weight's product, rounded: some differ
+    assert match_engine_norm(model, torch.bfloat16)
+    ours = model.model.norm(x.to(body))
+    assert ours.dtype == body and torch.equal(ours.bfloat16(), vllm)
+    ours.float().sum().backward()
+    assert w.grad is not None and w.grad.dtype == torch.float32
+    assert [n for n, _ in model.named_parameters()][-2:] == ["model.norm.weight",
+                                                             "lm_head.weight"]
