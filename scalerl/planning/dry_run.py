@@ -4,7 +4,9 @@
 fetches that one file), places the trainer ranks and the engine as the run would
 (scalerl/planning/placement.py) on the GPUs seen or told of, and sizes each trainer rank and the
 engine with scalerl/planning/sizing.py's memory model: weights, gradients, optimizer, all-gathered
-layers, activations at the micro-batch's tokens, logits chunks; the engine's KV capacity in
+layers, activations at the micro-batch's tokens, logits chunks, the norms' fp32 copies, the FP32
+head's operand copy, FSDP2's fp32 reduce-scatter buffers, rank 0's publish staging and the
+allocator's fragmentation; the engine's KV capacity in
 full-length sequences, the rollouts in flight and the bytes of each publish. `DryRun.refusal` is the
 one line a layout that cannot fit gets. No GPU memory is allocated and nothing starts.
 """

@@ -17,6 +17,12 @@ GIB = 2**30
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 TRAINER_RESERVE = 2 * GIB
 """Per trainer process: the CUDA context, NCCL's buffers and the allocator's slack."""
+FRAGMENTATION = 0.05
+"""The caching allocator's reserved-but-unused memory, as a share of the bytes a step holds, with
+`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (set for trainer processes: scalerl/planning/
+placement.py `trainer_allocator`; torch 2.13 docs, "CUDA memory management": segments grow in
+place instead of splitting fixed blocks). Assumed, not measured: scripts/gpu-check prints
+max_memory_reserved beside max_memory_allocated."""
 ENGINE_RESERVE = 3 * GIB
 """The vLLM engine beyond weights and KV cache: CUDA context, CUDA graphs, the profile run's
 activations and the sampler's logits."""
@@ -44,6 +50,8 @@ class ModelShape:
     """Vocabulary size (rows of the embedding and of the LM head)."""
     tied: bool
     """The LM head shares the embedding's weight."""
+    qk_norm: bool = False
+    """Each attention head's queries and keys are RMS-normalised (Qwen3's q_norm, k_norm)."""
 
     def __post_init__(self) -> None:
         for name in ("params", "layers", "hidden", "intermediate", "heads", "kv_heads",
@@ -76,7 +84,8 @@ def model_shape(path: str) -> ModelShape:
         hidden=text.hidden_size, intermediate=text.intermediate_size, heads=heads,
         kv_heads=getattr(text, "num_key_value_heads", None) or heads,
         head_dim=getattr(text, "head_dim", None) or text.hidden_size // heads,
-        vocab=text.vocab_size, tied=bool(getattr(config, "tie_word_embeddings", False)))
+        vocab=text.vocab_size, tied=bool(getattr(config, "tie_word_embeddings", False)),
+        qk_norm=any(name.endswith(".q_norm") for name, _ in model.named_modules()))
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,13 @@ class TrainerLayout:
     """policy.logit_chunk_tokens."""
     padded_rows: int = 0
     """Rows of a padded micro-batch (0 when packed): the attention mask is (rows, L, L)."""
+    head_operands: str = "float32"
+    """policy.head_operands: the FP32 head's operand dtype."""
+    transfer: str = "files"
+    """engine.weight_transfer: how rank 0 stages a publish (files: one tensor at a time to host
+    memory; nccl: every tensor on its GPU, in the engine's dtype)."""
+    engine_dtype: str = "bfloat16"
+    """engine.dtype: the dtype a publish is staged in."""
 
     def __post_init__(self) -> None:
         if self.ranks < 1 or self.micro_tokens < 1 or self.logit_chunk_tokens < 1:
@@ -108,6 +124,12 @@ class TrainerLayout:
                              f"{self.logit_chunk_tokens}")
         if self.dtype not in ("auto", *BYTES):
             raise ValueError(f"TrainerLayout.dtype {self.dtype!r}: auto, {', '.join(BYTES)}")
+        for name in ("head_operands", "engine_dtype"):
+            if getattr(self, name) not in BYTES:
+                raise ValueError(f"TrainerLayout.{name} {getattr(self, name)!r}: one of "
+                                 f"{', '.join(BYTES)}")
+        if self.transfer not in ("files", "nccl"):
+            raise ValueError(f"TrainerLayout.transfer {self.transfer!r}: files or nccl")
 
 
 def trainer_memory(shape: ModelShape, t: TrainerLayout) -> dict[str, int]:
@@ -136,7 +158,45 @@ def trainer_memory(shape: ModelShape, t: TrainerLayout) -> dict[str, int]:
     if t.padded_rows:
         row = tokens // t.padded_rows
         out["attention_mask"] = t.padded_rows * row * row  # (B, 1, L, L) bool
+    out |= missed_terms(shape, t, state, compute, kept)
+    out["fragmentation"] = int(FRAGMENTATION * sum(out.values()))
     out["runtime"] = TRAINER_RESERVE
+    return out
+
+
+def missed_terms(shape: ModelShape, t: TrainerLayout, state: int, compute: int, kept: int
+                 ) -> dict[str, int]:
+    """The parts a first count missed (issue #27, item 10), one formula each:
+
+    `rmsnorm_fp32`: transformers 5's RMSNorm (models/qwen3/modeling_qwen3.py Qwen3RMSNorm)
+    casts a bf16 input to fp32 and autograd keeps that copy for `pow` and the product: 4 bytes
+    x the norm's width per token, for the two norms of each kept layer (and Qwen3's q/k norms)
+    and the final norm. `head_copies`: the FP32 head's weight cast to its operands (trainer/
+    head.py, kept from forward to backward), vocab x hidden in that dtype unless it is the
+    master's; its backward sums into the fp32 gradient with no other (vocab, hidden) copy.
+    `reduce_scatter` (FSDP2): torch 2.13's foreach_reduce (distributed/fsdp/_fully_shard/
+    _fsdp_collectives.py) copies a group's unsharded gradients into one `reduce_dtype` (fp32)
+    buffer and reduces into a 1/ranks one; the layers' bf16 gradients wait for it: the larger
+    of the root's and a layer's. `publish_staging` (rank 0, between steps, when the caching
+    allocator still holds the step's blocks): the largest tensor gathered in fp32 and its cast
+    to the engine's dtype; with nccl every tensor in the engine's dtype
+    (trainer/publish.py `NCCLPublisher.prepare`)."""
+    out = {}
+    if compute < 4:  # a bf16/fp16 body: the norms' fp32 copies are extra
+        width = 2 * shape.hidden + (shape.heads + shape.kv_heads) * shape.head_dim * \
+            shape.qk_norm
+        out["rmsnorm_fp32"] = t.micro_tokens * 4 * (kept * width + shape.hidden)
+    master = 4 if t.dtype == "auto" else BYTES[t.dtype]
+    operands = BYTES[t.head_operands] if t.fp32_head else compute
+    out["head_copies"] = shape.vocab * shape.hidden * operands if operands != master else 0
+    if t.sharded:
+        per_byte = 1 + 1 / t.ranks  # the fp32 input and the 1/ranks output
+        out["reduce_scatter"] = int(max(shape.root_params * 4 * per_byte,
+                                        shape.layer_params * (compute + 4 * per_byte)))
+    largest = shape.vocab * shape.hidden
+    engine = BYTES[t.engine_dtype]
+    out["publish_staging"] = largest * 4 + (shape.params if t.transfer == "nccl"
+                                            else largest) * engine
     return out
 
 
@@ -173,7 +233,9 @@ def trainer_layout(cfg, ranks: int) -> TrainerLayout:
         ranks=ranks, sharded=p.sharding == "fsdp2", dtype=p.dtype, fp32_head=p.fp32_head,
         checkpointing=p.gradient_checkpointing, logit_chunk_tokens=p.logit_chunk_tokens,
         micro_tokens=o.micro_batch_tokens if packed else o.micro_batch_size
-        * cfg.engine.max_model_len, padded_rows=0 if packed else o.micro_batch_size)
+        * cfg.engine.max_model_len, padded_rows=0 if packed else o.micro_batch_size,
+        head_operands=p.head_operands, transfer=cfg.engine.weight_transfer,
+        engine_dtype=cfg.engine.dtype)
 
 
 def shared_engine_fraction(gpu: str, total: int, trainer: dict[str, int],

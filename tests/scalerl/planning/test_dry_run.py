@@ -62,6 +62,14 @@ def test_the_scalerl_recipe_for_qwen3_8b_fits_eight_80gb_gpus(tmp_path):
     state = sum(plan["trainer"][k] for k in ("weights", "gradients", "optimizer"))
     assert state == pytest.approx(16 * QWEN3_8B_PARAMS / 3, rel=1e-6)
     assert plan["publish_bytes"] == 2 * QWEN3_8B_PARAMS  # bf16
+    # the parts a first count missed, each by its formula (scalerl/planning/sizing.py)
+    t, vh = plan["trainer"], 151936 * 4096
+    assert t["rmsnorm_fp32"] == 16384 * 4 * (2 * 4096 + (32 + 8) * 128 + 4096)  # Qwen3 q/k
+    assert t["head_copies"] == vh * 2  # head_operands bfloat16: the head's bf16 weight
+    assert t["reduce_scatter"] == int(2 * vh * 4 * (1 + 1 / 3))  # the fp32 root's buffers
+    assert t["publish_staging"] == vh * (4 + 2)  # files: the embedding in fp32, then bf16
+    assert t["fragmentation"] == int(0.05 * (sum(t.values()) - t["fragmentation"]
+                                             - t["runtime"]))
     # the KV cache fills the engine GPU: 0.9 x 80 GiB less the weights and 3 GiB of runtime,
     # at 2 (K, V) x 36 layers x 8 KV heads x 128 x 2 bytes = 144 KiB per token
     kv = 0.9 * 80 * GIB - 2 * QWEN3_8B_PARAMS - 3 * GIB
@@ -169,6 +177,22 @@ def test_the_memory_model_by_hand():
     assert parts["activations"] == 100 * (2 * 8 * 2 + 136 * 2)
     assert parts["logits"] == 3 * 4 * 10 * 4 + 100 * 8 * (4 + 4)
     assert parts["runtime"] == 2 * GIB and "attention_mask" not in parts
+    # what the first count missed: the norms' fp32 copies, 4 bytes x (2 norms x 8 wide in the
+    # recomputed layer + the final norm's 8) per token; no head copy (fp32 operands of an fp32
+    # master); FSDP2's fp32 reduce-scatter buffers, the larger of the root's 160 x 4 x (1 + 1/2)
+    # = 960 and a layer's 420 x (2 bf16 + 4 x 1.5) = 3360; the publish staged through the host:
+    # the largest tensor (10 x 8) gathered in fp32 and cast to bf16, 80 x (4 + 2) = 480
+    assert parts["rmsnorm_fp32"] == 100 * 4 * (16 + 8) == 9600
+    assert parts["head_copies"] == 0 and parts["reduce_scatter"] == 3360
+    assert parts["publish_staging"] == 480
+    # 5% of the rest: 2000 + 2000 + 4000 + 2960 + 30400 + 6880 + 9600 + 3360 + 480 = 61680
+    assert parts["fragmentation"] == 3084
+    qwen3 = ModelShape(**{**shape.__dict__, "qk_norm": True})
+    nccl = trainer_memory(qwen3, TrainerLayout(**{**layout.__dict__, "transfer": "nccl",
+                                                  "head_operands": "bfloat16"}))
+    assert nccl["rmsnorm_fp32"] == 100 * 4 * (16 + 3 * 4 + 8)  # q (2 heads) and k (1) norms
+    assert nccl["head_copies"] == 10 * 8 * 2  # the bf16 operand copy of the fp32 head
+    assert nccl["publish_staging"] == 80 * 4 + 1000 * 2  # every weight staged in bf16 on GPU
     padded = trainer_memory(shape, TrainerLayout(**{**layout.__dict__, "padded_rows": 4}))
     assert padded["attention_mask"] == 4 * 25 * 25  # (B, 1, L, L) booleans
     assert kv_bytes_per_token(shape, "bfloat16") == 2 * 2 * 1 * 4 * 2
