@@ -67,8 +67,16 @@ def place_gpus(cfg: RunConfig) -> Placement | None:
     process's view before it is narrowed."""
     import torch
 
-    from scalerl.planning.placement import apply_to_trainer, gpu_count, plan_placement, visible_gpus
+    from scalerl.planning.placement import (
+        apply_to_trainer,
+        gpu_count,
+        plan_placement,
+        trainer_allocator,
+        visible_gpus,
+    )
 
+    if torch.backends.cuda.is_built():  # before CUDA reads it
+        trainer_allocator()
     if not torch.backends.cuda.is_built() or cfg.engine.servers:  # a CPU build, or servers
         return None
     count = gpu_count()

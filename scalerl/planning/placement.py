@@ -11,8 +11,9 @@ splits between trainer ranks and engines and `choose_layout` picks the fastest o
 (the dry run's models judge them: scalerl/planning/layouts.py). `gpu_count` counts the node's
 GPUs without starting CUDA; `apply_to_trainer` then makes each trainer process see the trainer's
 GPUs (rank r trains on the r-th) before CUDA starts, and `check_cuda_view` checks, once it has,
-that CUDA sees what was counted; `engine_env` is the engines' view, set while they start. No
-engine and no training here.
+that CUDA sees what was counted; `engine_env` is the engines' view, set while they start.
+`trainer_allocator` gives trainer processes expandable_segments (not the engines) unless the
+user chose an allocator setting. No engine and no training here.
 """
 
 from __future__ import annotations
@@ -197,6 +198,31 @@ def _nvml_count() -> int:
         nvml.nvmlShutdown()
 
 
+ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+TRAINER_ALLOC_CONF = "expandable_segments:True"
+"""The trainer's CUDA allocator setting unless the user set one: segments that grow in place
+fragment less than fixed blocks (torch 2.13 docs, "CUDA memory management", optimizing memory
+usage with PYTORCH_CUDA_ALLOC_CONF; sizing.py's FRAGMENTATION assumes it). Only read when CUDA
+starts, so set before."""
+
+
+_set_here = False
+"""`trainer_allocator` set PYTORCH_CUDA_ALLOC_CONF in this process (the user did not)."""
+
+
+def trainer_allocator(env: dict[str, str] | None = None) -> bool:
+    """Set PYTORCH_CUDA_ALLOC_CONF to `TRAINER_ALLOC_CONF` in this (trainer) process unless the
+    user set it; True when it was set here (`engine_env` then keeps it from the engines)."""
+    global _set_here
+    env = os.environ if env is None else env
+    if ALLOC_CONF in env:
+        return False
+    env[ALLOC_CONF] = TRAINER_ALLOC_CONF
+    _set_here = True
+    return True
+
+
+
 def apply_to_trainer(placement: Placement) -> None:
     """This trainer process sees the trainer's GPUs only (local rank r -> cuda:r = train[r]).
     Must run before CUDA starts in the process."""
@@ -224,9 +250,14 @@ def engine_env(placement: Placement | None) -> Iterator[None]:
         return
     before = os.environ.get("CUDA_VISIBLE_DEVICES")
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(placement.generate)
+    ours = _set_here and os.environ.get(ALLOC_CONF) == TRAINER_ALLOC_CONF  # not the engines'
+    if ours:
+        del os.environ[ALLOC_CONF]
     try:
         yield
     finally:
+        if ours:
+            os.environ[ALLOC_CONF] = TRAINER_ALLOC_CONF
         if before is None:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         else:

@@ -120,3 +120,19 @@ def test_once_cuda_has_started_it_must_see_the_gpus_counted():
     with pytest.raises(PlacementError, match=r"counted the trainer's GPUs as 0,1 .* but CUDA "
                                               r"sees 4 device\(s\)"):
         check_cuda_view(p, 4)
+
+
+def test_the_trainer_allocator_grows_segments_unless_the_user_chose_and_engines_keep_theirs(
+        monkeypatch):
+    from scalerl.planning import placement
+
+    monkeypatch.setattr(placement, "_set_here", False)
+    assert placement.trainer_allocator({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}) \
+        is False  # the user's setting stays, and the engines get it too
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert placement.trainer_allocator() is True
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    with engine_env(plan_placement(["0", "1"], ranks=1, tp=1)):
+        assert "PYTORCH_CUDA_ALLOC_CONF" not in os.environ  # vLLM allocates its own way
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
