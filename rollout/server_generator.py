@@ -16,9 +16,14 @@ Weights (`engine.weight_transfer: files`) are written once as safetensors shards
 cache, reloads in place, takes the new version label (checked with `/weight_info`) and resumes.
 A server whose reload fails puts the previous files back and gets no requests until it has the
 current ones; if no server takes an update it is WeightUpdateError and the version is unchanged.
-A server that dies or hangs has its requests issued again elsewhere and rejoins (with backoff)
-with the current weights. `nccl` drives vLLM's NCCL weight transfer over every server's HTTP
-routes (one group, a rank offset per server): written against vLLM 0.32, not run here.
+A server that dies or hangs (its `/health` fails) has its requests issued again elsewhere and
+rejoins (with backoff) with the current weights; a request that fails on a server whose `/health`
+answers (e.g. no reply within `engine.server_request_timeout_s`) is issued again alone, and the
+server keeps its place. At most `engine.server_max_requests` requests are in flight on one
+server; each carries its `priority` (vLLM's priority scheduling: lower first), which also orders
+the requests waiting in this client. `nccl` drives vLLM's NCCL weight transfer over every
+server's HTTP routes (one group, a rank offset per server): written against vLLM 0.32, not run
+here.
 """
 
 from __future__ import annotations
@@ -37,7 +42,13 @@ from scalerl.rollout.base_generator import BaseGenerator, GeneratorUnavailable, 
 from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.scorer import Scorer
-from scalerl.rollout.server_pool import RequestRejected, Server, ServerError, ServerPool
+from scalerl.rollout.server_pool import (
+    RequestFailed,
+    RequestRejected,
+    Server,
+    ServerError,
+    ServerPool,
+)
 from scalerl.rollout.vllm_worker import ABORT_METHOD, INFO_METHOD, RELOAD_METHOD
 from scalerl.rollout.weight_files import write_weights
 from scalerl.rollout.weight_sync import ServersSyncClient
@@ -102,7 +113,7 @@ class ServerGenerator(BaseGenerator):
         c = self.config
         self.pool = ServerPool(c.servers, join=self._join, timeout_s=c.server_timeout_s,
                                request_timeout_s=c.server_request_timeout_s,
-                               wait_s=c.server_wait_s)
+                               wait_s=c.server_wait_s, max_requests=c.requests_per_server)
         await self.pool.start()
         await self.pool.wait_up()
 
@@ -177,25 +188,33 @@ class ServerGenerator(BaseGenerator):
             return await super()._rollout(sample, group, prompt, *args)
 
     async def _sample(self, prompt: list[int], max_tokens: int, temperature: float,
-                      seed: int | None, top_p: float = 1.0) -> Sampled:
+                      seed: int | None, top_p: float = 1.0, priority: int = 0) -> Sampled:
         params = {"n": 1, "temperature": temperature, "top_p": top_p, "top_k": 0,
                   "max_tokens": max_tokens, "logprobs": 0, "detokenize": False}
         if seed is not None:
             params["seed"] = seed
+
+        async def body() -> dict:  # once a slot is free: the version (salt) it is sent under
+            await self._gate.wait()
+            return {"token_ids": prompt, "sampling_params": params, "priority": priority,
+                    "cache_salt": f"{self._salt}-v{self._version}"}
+
         failures = 0
         while True:
             server = await self._usable_server()
-            body = {"token_ids": prompt, "sampling_params": params,
-                    "cache_salt": f"{self._salt}-v{self._version}"}
             try:
-                return self._parsed(await self.pool.generate(server, body, max_tokens), server)
+                reply = await self.pool.generate(server, body, max_tokens, priority)
+                return self._parsed(reply, server)
+            except RequestFailed as exc:  # the server is healthy: only this request again
+                error = exc
             except ServerError as exc:
                 self.pool.lose(server, str(exc))
-                failures += 1
-                self.reissued += 1
-                if failures > 3 * len(self.pool.servers):
-                    raise GeneratorUnavailable(f"a request failed on {failures} servers in a "
-                                               f"row; the last: {exc}") from exc
+                error = exc
+            failures += 1
+            self.reissued += 1
+            if failures > 3 * len(self.pool.servers):
+                raise GeneratorUnavailable(f"a request failed {failures} times in a row; the "
+                                           f"last: {error}") from error
 
     async def _usable_server(self) -> Server:
         """An up server, chosen while no weight update is under way (bounded wait)."""
@@ -213,6 +232,7 @@ class ServerGenerator(BaseGenerator):
         tokens = choice["token_ids"]
         logprobs = [entry["logprob"] for entry in choice["logprobs"]["content"]]
         versions = span_versions(choice["weight_versions"], len(tokens), server.url)
+        server.sampled += len(tokens)
         details = (reply.get("usage") or {}).get("prompt_tokens_details") or {}
         return Sampled(tokens, logprobs, versions, choice["finish_reason"] == "stop",
                        details.get("cached_tokens") or 0)

@@ -4,13 +4,20 @@
 pool for hundreds of concurrent requests, a timeout on every call) and the state of each server.
 A request goes to the up server with the least outstanding work (tokens asked for and not yet
 returned); the requests made under one `affinity` key (the n rollouts of a prompt) go to the
-server the first of them chose, so its prefix cache serves the rest. Any failure of a server
-(connection refused or reset, a timeout, a 5xx reply, a health probe left unanswered) takes it
-out: its requests raise `ServerError` so the caller issues them elsewhere, and a rejoin task
-retries it with exponential backoff through the owner's `join(server)` (which puts the current
-weights on it) before it gets requests again. `acquire` waits at most `wait_s` for a usable
-server, then raises GeneratorUnavailable naming each server and why it is out. No weights and
-no tokens here (rollout/server_generator.py).
+server the first of them chose, so its prefix cache serves the rest. At most `max_requests`
+generation requests are in flight on one server; the others wait here (`Slots`), lowest
+`priority` first, and their waiting counts toward no timeout.
+
+Liveness is `/health`, probed every PROBE_EVERY_S with the control timeout: a server that fails a
+probe, or a control call, is taken out: its requests raise `ServerError` so the caller issues
+them elsewhere, and a rejoin task retries it with exponential backoff through the owner's
+`join(server)` (which puts the current weights on it) before it gets requests again. A
+generation request that fails on its own (no reply within `request_timeout_s` of being sent, a
+reset connection, a 5xx) first probes `/health`: when it answers, only that request fails
+(`RequestFailed`, the caller issues it again) and the server keeps its place and its other
+requests; a slow request never takes a healthy server out. `acquire` waits at most `wait_s` for
+a usable server, then raises GeneratorUnavailable naming each server and why it is out. No
+weights and no tokens here (rollout/server_generator.py).
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import heapq
+import itertools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterator
@@ -45,6 +54,49 @@ class RequestRejected(RuntimeError):
     """A server refused a request itself (4xx): the request is wrong, not the server."""
 
 
+class RequestFailed(RuntimeError):
+    """One generation request failed (timed out, its connection dropped, a 5xx) on a server
+    whose `/health` still answers: the request is issued again, the server keeps its place."""
+
+
+class Slots:
+    """At most `capacity` holders at once; waiters enter lowest `priority` first, then in the
+    order they came (a cancelled waiter leaves the queue)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity, self.held, self.most = capacity, 0, 0
+        """`most`: the largest number ever held at once."""
+        self._waiting: list[tuple[int, int, asyncio.Future]] = []
+        self._order = itertools.count()
+
+    @property
+    def waiting(self) -> int:
+        return sum(not fut.done() for _, _, fut in self._waiting)
+
+    async def enter(self, priority: int = 0) -> None:
+        if self.held < self.capacity and not self.waiting:
+            self.held += 1
+            self.most = max(self.most, self.held)
+            return
+        fut = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (priority, next(self._order), fut))
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():  # handed a slot as it was cancelled
+                self.leave()
+            raise
+
+    def leave(self) -> None:
+        """Hand the slot to the first waiter, or free it."""
+        while self._waiting:
+            _, _, fut = heapq.heappop(self._waiting)
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self.held -= 1
+
+
 @dataclass(eq=False)
 class Server:
     """One vLLM server and what this client knows of it."""
@@ -60,6 +112,14 @@ class Server:
     outstanding: int = 0
     """Tokens asked of it and not yet returned."""
     requests: set[asyncio.Future] = field(default_factory=set)
+    slots: Slots = field(default_factory=lambda: Slots(1))
+    """Its generation requests in flight (the pool sets the capacity)."""
+    probe: asyncio.Future | None = None
+    """The health probe under way after a request failed (shared by every failed request)."""
+    failed: int = 0
+    """Generation requests that failed on it while its /health answered."""
+    sampled: int = 0
+    """Tokens it returned (the owner counts them)."""
     world_size: int | None = None
     """Workers of its engine (tensor x pipeline x data parallel), for NCCL rank offsets; None
     until it answered `/get_world_size`."""
@@ -80,8 +140,10 @@ class ServerPool:
     """The servers of one generator, on its event loop."""
 
     def __init__(self, urls: tuple[str, ...], *, join: Callable[[Server], Awaitable[None]],
-                 timeout_s: float, request_timeout_s: float, wait_s: float) -> None:
-        self.servers = [Server(url.rstrip("/"), i) for i, url in enumerate(urls)]
+                 timeout_s: float, request_timeout_s: float, wait_s: float,
+                 max_requests: int) -> None:
+        self.servers = [Server(url.rstrip("/"), i, slots=Slots(max_requests))
+                        for i, url in enumerate(urls)]
         self.timeout_s, self.request_timeout_s, self.wait_s = (
             timeout_s, request_timeout_s, wait_s)
         self._join = join
@@ -112,12 +174,17 @@ class ServerPool:
     # ---- calls ----------------------------------------------------------------------------
     async def call(self, server: Server, method: str, path: str, *, body: Any = None,
                    params: dict | None = None, timeout_s: float | None = None,
-                   session: Any = None) -> Any:
+                   session: Any = None, read_timeout_s: float | None = None) -> Any:
         """One control call (a fresh connection; `session`: another); its JSON reply (None when
-        empty). ServerError on any failure of the server, RequestRejected on a 4xx reply."""
+        empty). ServerError on any failure of the server, RequestRejected on a 4xx reply.
+        `timeout_s` bounds the whole call; with `read_timeout_s` it bounds the connection only
+        and the reply may take up to `read_timeout_s` without a byte."""
         import aiohttp
 
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
+        if read_timeout_s is not None:
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s or self.timeout_s,
+                                            sock_read=read_timeout_s)
         where = f"{server.url}: {method} {path}"
         try:
             async with (session or self._control).request(
@@ -132,12 +199,42 @@ class ServerPool:
             raise RequestRejected(f"{where}: HTTP {reply.status}: {text[:300]}")
         return json.loads(text) if text else None
 
-    async def generate(self, server: Server, body: dict, work: int) -> dict:
-        """One generation request on `server` (counted as `work` outstanding tokens meanwhile).
-        ServerError if the server fails or is taken out while it runs."""
-        return await self.tracked(server, self.call(
-            server, "POST", "/inference/v1/generate", body=body,
-            timeout_s=self.request_timeout_s, session=self._session), work)
+    async def generate(self, server: Server, body: Callable[[], Awaitable[dict]], work: int,
+                       priority: int = 0) -> dict:
+        """One generation request on `server` (counted as `work` outstanding tokens meanwhile),
+        sent once one of its slots is free (lowest `priority` first) with the body `body()`
+        gives then. ServerError if the server fails or is taken out meanwhile; RequestFailed if
+        the request failed but the server's /health answers (it stays up, its other requests
+        go on)."""
+        try:
+            return await self.tracked(server, self._send(server, body, priority), work)
+        except ServerError as exc:
+            if server.up and await self.healthy(server):
+                server.failed += 1
+                raise RequestFailed(f"{exc} (its /health answers: it keeps its place and the "
+                                    "request is issued again)") from exc
+            raise
+
+    async def _send(self, server: Server, body: Callable[[], Awaitable[dict]],
+                    priority: int) -> dict:
+        await server.slots.enter(priority)
+        try:
+            return await self.call(server, "POST", "/inference/v1/generate", body=await body(),
+                                   read_timeout_s=self.request_timeout_s,
+                                   session=self._session)
+        finally:
+            server.slots.leave()
+
+    async def healthy(self, server: Server) -> bool:
+        """Whether `server` answers `/health` within the control timeout (one probe at a time
+        per server, shared by everyone asking meanwhile)."""
+        if server.probe is None or server.probe.done():
+            server.probe = asyncio.ensure_future(self.call(server, "GET", "/health"))
+        try:
+            await asyncio.shield(server.probe)
+        except (ServerError, RequestRejected):
+            return False
+        return True
 
     async def tracked(self, server: Server, call: Awaitable, work: int = 0) -> Any:
         """Await `call` on `server` as one of its requests: ServerError if the server is taken
@@ -264,6 +361,7 @@ class ServerPool:
     def counts(self) -> dict[str, float]:
         return {"servers/up": float(len(self.up)),
                 "servers/lost_total": float(sum(s.lost for s in self.servers)),
+                "servers/requests_failed_total": float(sum(s.failed for s in self.servers)),
                 "servers/rejoined_total": float(sum(max(0, s.joined - 1)
                                                     for s in self.servers))}
 

@@ -1,13 +1,18 @@
-"""A stand-in for a vLLM server's HTTP control routes, for behaviour a real server cannot be made
-to show on demand: a server still starting, a `/get_world_size` that answers late or never, an
-`/update_weights` that takes minutes (an 8B broadcast). Serves on loopback from a thread and
-records every call. It generates nothing (the real servers of tests/conftest.py do)."""
+"""A stand-in for a vLLM server's HTTP routes, for behaviour a real server cannot be made to show
+on demand: a server still starting, a `/get_world_size` that answers late or never, an
+`/update_weights` that takes minutes (an 8B broadcast), a generation request held as long as a
+test likes while `/health` answers, a server that stops answering anything (`hang`). Serves on
+loopback from a thread and records every call. Its `/inference/v1/generate` returns token 7
+`max_tokens` times, labelled with its weight version (real tokens: tests/conftest.py's servers).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 import time
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -15,7 +20,8 @@ from aiohttp import web
 class FakeServer:
     def __init__(self, model_root: str, *, world_size: int = 1, world_size_delay_s: float = 0.0,
                  update_delay_s: float = 0.0, max_model_len: int = 1024,
-                 down_for_s: float = 0.0, data_parallel: int = 1):
+                 down_for_s: float = 0.0, data_parallel: int = 1,
+                 hold: Callable[[list[int], int], Awaitable[None]] | None = None):
         self.model_root, self.world_size = model_root, world_size
         self.data_parallel = data_parallel
         """vLLM's `--data-parallel-size`: `/get_world_size` counts it unless `include_dp` is
@@ -26,6 +32,19 @@ class FakeServer:
         self.up_at: float | None = None
         """`down_for_s` after its first call; until then every call gets HTTP 503 (a server
         still starting)."""
+        self.hold = hold
+        """Awaited by a generation request (its prompt, its attempt: 0 the first time this
+        prompt came) before it answers; None: it answers at once."""
+        self.attempts: collections.Counter = collections.Counter()
+        """Generation requests received, by prompt (a tuple)."""
+        self.answered: list[tuple[int, ...]] = []
+        self.dropped: list[tuple[int, ...]] = []
+        """Prompts of generation requests whose client went away before the answer."""
+        self.priorities: list[int] = []
+        self.salts: list[str] = []
+        """Each generation request's `priority` and `cache_salt`, in the order they came."""
+        self.in_flight = self.most_in_flight = 0
+        self.hung = False
         self.label = "default"
         self.calls: list[str] = []
         self.rpcs: list[str] = []
@@ -41,7 +60,7 @@ class FakeServer:
         self._closing = asyncio.Event()
         app = web.Application()
         app.router.add_route("*", "/{path:.*}", self._handle)
-        self._runner = web.AppRunner(app)
+        self._runner = web.AppRunner(app, handler_cancellation=True)  # a client gone: cancelled
         self._loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         self._loop.run_until_complete(site.start())
@@ -56,7 +75,11 @@ class FakeServer:
             self.up_at = time.monotonic() + self.down_for_s
         if time.monotonic() < self.up_at:
             return web.json_response({"error": "starting"}, status=503)
+        if self.hung:  # SIGSTOPped: the connection opens, nothing ever answers
+            await self._closing.wait()
         body = await request.json() if request.can_read_body else {}
+        if path == "/inference/v1/generate":
+            return await self._generate(body)
         if path == "/v1/models":
             return web.json_response({"data": [{"max_model_len": self.max_model_len,
                                                 "root": self.model_root}]})
@@ -80,6 +103,37 @@ class FakeServer:
             result = info if body["method"] == "scalerl_engine_info" else None
             return web.json_response({"results": [result] * self.world_size})
         return web.json_response({})
+
+    async def _generate(self, body: dict) -> web.Response:
+        prompt = tuple(body["token_ids"])
+        attempt = self.attempts[prompt]
+        self.attempts[prompt] += 1
+        self.priorities.append(body.get("priority", 0))
+        self.salts.append(body.get("cache_salt", ""))
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if self.hold is not None:
+                await self.hold(list(prompt), attempt)
+            if self.hung:
+                await self._closing.wait()
+        except asyncio.CancelledError:
+            self.dropped.append(prompt)
+            raise
+        finally:
+            self.in_flight -= 1
+        self.answered.append(prompt)
+        n = body["sampling_params"]["max_tokens"]
+        return web.json_response({"choices": [{
+            "finish_reason": "length", "token_ids": [7] * n,
+            "logprobs": {"content": [{"logprob": -1.0}] * n},
+            "weight_versions": [{"start": 0, "end": n, "version": self.label}]}],
+            "usage": {"prompt_tokens_details": {"cached_tokens": 0}}})
+
+    def hang(self) -> None:
+        """From now on nothing answers (running generation requests included), as when every
+        process of a server is stopped."""
+        self.hung = True
 
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._closing.set)

@@ -80,7 +80,7 @@ def test_server_urls_are_checked_when_the_config_is_built():
 
 def pool_of(*outstanding: int, up: tuple[bool, ...] | None = None) -> ServerPool:
     pool = ServerPool(tuple(f"http://s{i}" for i in range(len(outstanding))), join=None,
-                      timeout_s=1, request_timeout_s=1, wait_s=1)
+                      timeout_s=1, request_timeout_s=1, wait_s=1, max_requests=8)
     for server, work, alive in zip(pool.servers, outstanding, up or (True,) * len(outstanding),
                                    strict=True):
         server.outstanding, server.up = work, alive
