@@ -43,6 +43,9 @@ from scalerl.planning.speed import (
 )
 from scalerl.planning.throughput import Workload
 
+MAX_RANKS = 1024
+"""Most FSDP2 ranks `DryRun.scale_out` searches."""
+
 
 @dataclass(frozen=True)
 class DryRun:
@@ -78,6 +81,8 @@ class DryRun:
     """Bytes of the weights sent to the engine at each publish (in the engine's dtype)."""
     speed: Speed | None = None
     """The throughput plan of this layout, and of every split of the node (None: no GPU)."""
+    engine_tp: int = 1
+    """GPUs of one engine (engine.tensor_parallel_size as sized)."""
 
     @property
     def refusal(self) -> str:
@@ -106,10 +111,30 @@ class DryRun:
             room -= sum(self.engine.values())
         tokens = int(room // (two - one)) // 1024 * 1024 if room > 0 else 0
         if tokens < 1024:
-            return ("the state alone does not fit: more ranks (policy.sharding fsdp2), or "
-                    "larger GPUs")
+            return self.scale_out()
         return (f"set offpolicy.micro_batch_tokens to {tokens} or less (now "
                 f"{self.layout.micro_tokens} tokens per micro-batch)")
+
+    def scale_out(self) -> str:
+        """What a model whose state does not fit these GPUs needs: the fewest FSDP2 ranks whose
+        GPUs hold a rank's share at this micro-batch, the engines' tensor parallelism, and the
+        nodes for both (CPU offload of the state is not implemented)."""
+        sharded = dataclasses.replace(self.layout, sharded=True, padded_rows=0)
+        for ranks in range(1, MAX_RANKS + 1):
+            per_rank = sum(trainer_memory(self.shape, dataclasses.replace(sharded, ranks=ranks))
+                           .values())
+            if per_rank <= self.gpu_bytes:
+                break
+        else:
+            return (f"no number of FSDP2 ranks up to {MAX_RANKS} fits a rank on "
+                    f"{gib(self.gpu_bytes):.1f} GiB: lower offpolicy.micro_batch_tokens")
+        gpus = max(self.gpus, 1)
+        nodes = -(-(ranks + self.engine_tp) // gpus)
+        return (f"the state alone does not fit: it needs {ranks} FSDP2 trainer ranks "
+                f"({gib(per_rank):.1f} GiB each) and engines of TP {self.engine_tp} (bf16 "
+                f"weights {gib(self.publish_bytes):.1f} GiB), at least {nodes} nodes of {gpus} "
+                "GPUs (docs/scale-out.md); CPU offload of the optimizer state is not "
+                "supported")
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -185,7 +210,8 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
                   trainer=trainer, engine=engine,
                   engine_budget=int(e.memory_fraction * gpu_bytes),
                   kv_sequences=kv_tokens / e.max_model_len, rollouts_per_step=per_step,
-                  in_flight=in_flight, publish_bytes=shape.params * BYTES[e.dtype], speed=speed)
+                  in_flight=in_flight, publish_bytes=shape.params * BYTES[e.dtype], speed=speed,
+                  engine_tp=e.tensor_parallel_size)
 
 
 def config_dir(model: str) -> str:

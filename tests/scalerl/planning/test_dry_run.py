@@ -118,6 +118,24 @@ def test_the_printed_plan_and_its_warning_for_rollouts_queued_past_the_engines(t
     assert code == 2 and "--gpu 'B300': known GPUs are A100-40GB" in err
 
 
+QWEN3_32B = {**QWEN3_8B, "hidden_size": 5120, "intermediate_size": 25600,
+             "num_hidden_layers": 64, "num_attention_heads": 64, "max_window_layers": 64}
+"""Qwen/Qwen3-32B's config.json: the 8B's with these widths and depth."""
+
+
+def test_qwen3_32b_on_one_node_of_80gb_is_refused_saying_what_it_needs(tmp_path):
+    code, out, err, _ = dry_run(write_config(tmp_path, QWEN3_32B), "--gpus", "8",
+                                "--gpu-gib", "80")
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "32.762B parameters" in out
+    # 16 bytes x 32.76B parameters = 488 GiB of state: a share of it and the step's working set
+    # fit 80 GiB from 17 ranks on; with one TP-1 engine (61.0 GiB of bf16 weights), 18 GPUs
+    assert ("the state alone does not fit: it needs 17 FSDP2 trainer ranks" in lines[0]
+            and "engines of TP 1 (bf16 weights 61.0 GiB), at least 3 nodes of 8 GPUs"
+            in lines[0] and "CPU offload of the optimizer state is not supported" in lines[0])
+
+
 def test_eight_padded_rows_of_16k_tokens_per_micro_batch_are_refused_in_one_line(tmp_path):
     code, out, err, _ = dry_run(write_config(tmp_path, QWEN3_8B), "--set",
                                 "offpolicy.micro_batch_tokens=null", "--set",
