@@ -151,21 +151,19 @@ def room_for_engine(engine, placement: Placement) -> None:
 def build_policy(policy, model_path: str, accelerator, *, packed: bool = False):
     """The PolicyModule the loop trains (`policy`: the PolicyConfig): loaded, with gradient
     checkpointing and the LM-head chunk size, sharded by FSDP2 when `policy.sharding: fsdp2`.
-    `packed` (offpolicy.micro_batch_tokens): flash attention's varlen kernel on a GPU that has
-    flash-attn (else the trainer's own varlen SDPA, trainer/packing.py)."""
-    import importlib.util
-
+    `packed` (offpolicy.micro_batch_tokens): flash attention's varlen kernel on a GPU where
+    flash-attn really imports (else torch's varlen_attn, or SDPA row by row on CPU:
+    trainer/packing.py `packed_attention`)."""
+    from scalerl.trainer.packing import packed_attention
     from scalerl.trainer.policy import PolicyModule, load_policy
     from scalerl.trainer.sharding import fill_from_rank0, shard_policy
 
-    flash = (packed and accelerator.device.type == "cuda"
-             and importlib.util.find_spec("flash_attn") is not None)
     sharded, several = policy.sharding == "fsdp2", accelerator.num_processes > 1
     # several ranks: only rank 0 reads the weights; the others build the model on meta and
     # receive them (not one host copy of a 32 GB fp32 model per rank for 8B)
     model = load_policy(model_path, policy_dtype(policy.dtype),
                         gradient_checkpointing=policy.gradient_checkpointing,
-                        attention="flash_attention_2" if flash else None,
+                        attention=packed_attention(accelerator.device) if packed else None,
                         meta=several and not accelerator.is_main_process)
     module = PolicyModule(model, chunk_tokens=policy.logit_chunk_tokens,
                           head_operands=policy.head_operands)

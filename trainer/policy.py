@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from scalerl.trainer.head import head_token_stats, match_engine_norm
-from scalerl.trainer.packing import PACKED_ATTENTION, Packed, boundaries, packed_positions
+from scalerl.trainer.packing import PACKED_ATTENTION, Packed, packed_forward, packed_positions
 
 Tensor = torch.Tensor
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -104,21 +104,22 @@ def token_stats(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, pro
     return TokenStats(logprobs=logprobs, entropy=entropy)
 
 
-def packed_token_stats(model: nn.Module, input_ids: Tensor, position_ids: Tensor,
-                       prompt_lens: Tensor, completion_lens: Tensor, *, temperature: float = 1.0,
+def packed_token_stats(model: nn.Module, packed: Packed, prompt_lens: Tensor,
+                       completion_lens: Tensor, *, temperature: float = 1.0,
                        fp32_head: bool = True, chunk_tokens: int = 1024,
                        head_operands: str = "float32") -> TokenStats:
-    """`token_stats` of rows packed end to end (trainer/packing.py `pack`): `input_ids` and
-    `position_ids` (1, N); the outputs are on the same (B, T) completion grid, 0 past each row's
-    completion. The head sees only the real completion tokens (no padded ones)."""
+    """`token_stats` of rows packed end to end (trainer/packing.py `pack`: (1, N) tokens, their
+    position ids and boundaries); the outputs are on the same (B, T) completion grid, 0 past
+    each row's completion. The head sees only the real completion tokens (no padded ones)."""
     if model.config._attn_implementation not in PACKED_ATTENTION:
         raise ValueError(f"packed rows need an attention that reads their boundaries "
                          f"({', '.join(PACKED_ATTENTION)}), not "
                          f"{model.config._attn_implementation!r}: call "
                          "trainer.packing.use_varlen_attention(model) first")
-    packed = Packed(input_ids, position_ids, *boundaries(position_ids))
-    hidden = _decoder(model)(input_ids=input_ids, use_cache=False,
-                             **packed.attention_kwargs()).last_hidden_state[0]
+    input_ids = packed.input_ids
+    with packed_forward():
+        hidden = _decoder(model)(input_ids=input_ids, use_cache=False,
+                                 **packed.attention_kwargs()).last_hidden_state[0]
     rows, cols, at = packed_positions(prompt_lens, completion_lens)
     head = model.get_output_embeddings()
     logprobs, entropy = head_token_stats(hidden[at], head.weight, getattr(head, "bias", None),
@@ -151,13 +152,13 @@ class PolicyModule(nn.Module):
         if head_operands != "float32":  # the engine's final norm order (trainer/head.py)
             match_engine_norm(model, DTYPES[head_operands])
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None, prompt_lens: Tensor,
-                completion_lens: Tensor, temperature: float = 1.0, fp32_head: bool = True,
-                position_ids: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Right-padded rows, or packed ones when `position_ids` is given (`input_ids` and
-        `position_ids` (1, N), no attention mask)."""
-        if position_ids is not None:
-            stats = packed_token_stats(self.model, input_ids, position_ids, prompt_lens,
+    def forward(self, input_ids: Tensor | None, attention_mask: Tensor | None,
+                prompt_lens: Tensor, completion_lens: Tensor, temperature: float = 1.0,
+                fp32_head: bool = True, packed: Packed | None = None) -> tuple[Tensor, Tensor]:
+        """Right-padded rows, or packed ones when `packed` is given (then `input_ids` and
+        `attention_mask` are None)."""
+        if packed is not None:
+            stats = packed_token_stats(self.model, packed, prompt_lens,
                                        completion_lens, temperature=temperature,
                                        fp32_head=fp32_head, chunk_tokens=self.chunk_tokens,
                                        head_operands=self.head_operands)

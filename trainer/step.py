@@ -4,8 +4,9 @@ The aggregation weights were computed over the global batch, so the step sums we
 losses (no averaging over micro-batches) and scales by the world size to undo DDP's gradient mean:
 any (ranks x micro-batches) split gives the gradient of the one big batch, micro-batches of
 `micro_batch_size` padded rows or of at most `micro_batch_tokens` tokens packed without padding
-(trainer/packing.py). Returns the step's statistics reduced over ranks. No data loading, no
-generation, no logging here.
+(trainer/packing.py: rows balanced over ranks by tokens). A rank short of micro-batches trains
+a 2-token dummy of zero weight in their place. Returns the step's statistics reduced over ranks.
+No data loading, no generation, no logging here.
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ def _forward(model, mb: TrainBatch, s: StepSettings) -> tuple[Tensor, Tensor]:
         return model(mb.input_ids, mb.attention_mask, mb.prompt_lens, mb.completion_lens,
                      s.temperature, s.fp32_head)
     packed = pack(mb.input_ids, mb.prompt_lens + mb.completion_lens)
-    return model(packed.input_ids, None, mb.prompt_lens, mb.completion_lens, s.temperature,
-                 s.fp32_head, packed.position_ids)
+    return model(None, None, mb.prompt_lens, mb.completion_lens, s.temperature, s.fp32_head,
+                 packed)
 
 
 def _micro_loss(model, mb: TrainBatch, s: StepSettings) -> tuple[Tensor, dict[str, Tensor]]:
@@ -85,11 +86,16 @@ def _micro_loss(model, mb: TrainBatch, s: StepSettings) -> tuple[Tensor, dict[st
     return loss, sums
 
 
-def _empty_like(batch: TrainBatch) -> TrainBatch:
-    """A one-row micro-batch with zero weight and zero mask (keeps DDP ranks in step)."""
-    row = batch.select(torch.zeros(1, dtype=torch.long, device=batch.input_ids.device))
-    zeros = torch.zeros_like(row.mask)
-    return TrainBatch(**{**row.__dict__, "mask": zeros, "weights": zeros})
+def _dummy(batch: TrainBatch) -> TrainBatch:
+    """A micro-batch for a rank with no rows left (DDP and FSDP need every rank's backward): one
+    prompt token and one completion token, zero weight and zero mask, so it adds nothing to the
+    loss or the gradients. Two tokens, the least a completion token's prediction needs."""
+    ids = batch.input_ids[:1, :1].repeat(1, 2)
+    one = torch.ones(1, dtype=batch.prompt_lens.dtype, device=ids.device)
+    zero = torch.zeros(1, 1, dtype=batch.mask.dtype, device=ids.device)
+    return TrainBatch(input_ids=ids, attention_mask=torch.ones_like(ids), prompt_lens=one,
+                      completion_lens=one, old_logprobs=zero, mask=zero,
+                      advantages=torch.zeros_like(batch.advantages[:1]), weights=zero)
 
 
 def train_step(accelerator, model, optimizer, scheduler, batch: TrainBatch,
@@ -109,7 +115,7 @@ def train_step(accelerator, model, optimizer, scheduler, batch: TrainBatch,
     totals: dict[str, Tensor] = {}
     model.train()
     for i, rows in enumerate(chunks):
-        mb = batch.select(rows) if len(rows) else _empty_like(batch)
+        mb = batch.select(rows) if len(rows) else _dummy(batch)
         mb = TrainBatch(**{k: v.to(accelerator.device) for k, v in mb.__dict__.items()})
         last = i == len(chunks) - 1
         ctx = accelerator.no_sync(model) if not last else nullcontext()
