@@ -23,15 +23,28 @@ def test_bench_rollout_times_servers_beside_the_in_process_generator(vllm_server
 
 
 def test_bench_pipeline_reports_both_modes_and_what_perfect_overlap_would_give(vllm_servers):
-    out = bench_json("pipeline", "--steps", "3", "--server", vllm_servers.urls[0],
-                     "--set", "offpolicy.prompts_per_step=4", "--set",
+    out = bench_json("pipeline", "--steps", "3", "--repeats", "2", "--server",
+                     vllm_servers.urls[0], "--set", "offpolicy.prompts_per_step=4", "--set",
                      "offpolicy.rollouts_per_prompt=4", "--set", "offpolicy.max_lag=2")
-    ppo, pipe = out["ppo"], out["pipelinerl"]
-    for mode in (ppo, pipe):
-        assert mode["steps"] == 3 and mode["steps_per_s"] > 0
     assert out["step_s"] > 0 and out["generation"] == "servers" and out["max_lag"] == 2
-    assert out["ratio"] == pytest.approx(pipe["steps_per_s"] / ppo["steps_per_s"])
-    gen, sync, step = ppo["gen_s_per_step"], ppo["sync_s_per_step"], out["step_s"]
-    assert out["ideal_ratio"] == pytest.approx((gen + step + sync) / (max(gen, step) + sync))
-    assert 1.0 < out["ideal_ratio"] <= 2.0
-    assert 1 / pipe["steps_per_s"] >= step  # a pipelined step still holds the stand-in step
+    assert out["repeats"] == 2 and len(out["runs"]) == 2
+    # the order alternates, so a load that drifts during the run weighs on both modes
+    assert [r["first"] for r in out["runs"]] == ["pipelinerl", "ppo"]
+    step = out["step_s"]
+    for rep in out["runs"]:
+        ppo, pipe = rep["ppo"], rep["pipelinerl"]
+        for mode in (ppo, pipe):
+            assert mode["steps"] == 3 and mode["steps_per_s"] > 0 and mode["tokens_per_step"] > 0
+        # each repeat's ratio is its own two modes', measured back to back
+        assert rep["ratio"] == pytest.approx(pipe["steps_per_s"] / ppo["steps_per_s"])
+        gen, sync = ppo["gen_s_per_step"], ppo["sync_s_per_step"]
+        assert rep["ideal_ratio"] == pytest.approx((gen + step + sync) / (max(gen, step) + sync))
+        assert 1.0 < rep["ideal_ratio"] <= 2.0
+        assert 1 / pipe["steps_per_s"] >= step  # a pipelined step still holds the stand-in step
+    ratios = sorted(r["ratio"] for r in out["runs"])
+    # the top-level figures are the medians (of two: their mean), with the range beside them
+    assert out["ratio"] == pytest.approx(sum(ratios) / 2)
+    assert out["spread"]["ratio"] == pytest.approx(
+        {"median": sum(ratios) / 2, "min": ratios[0], "max": ratios[1]})
+    pipe_rates = [r["pipelinerl"]["steps_per_s"] for r in out["runs"]]
+    assert out["pipelinerl"]["steps_per_s"] == pytest.approx(sum(pipe_rates) / 2)
