@@ -6,6 +6,8 @@ model, and the gradients equal the padded rows'; boundaries that let the rows se
 other numbers (so the comparison can fail). A rank short of micro-batches trains a 2-token dummy
 that changes nothing. A few optimizer steps with packing on a tiny Llama loaded as `scalerl
 train` loads it equal the same steps on padded rows. flash-attn is chosen only when it imports.
+The CUDA path's call of torch's varlen_attn (no CPU kernel) is checked against that function's
+documented semantics, written out here.
 """
 
 import dataclasses
@@ -173,3 +175,52 @@ def test_flash_attention_is_chosen_only_when_it_really_imports(tmp_path, monkeyp
     assert "flash-attn is not usable (ImportError: " in capsys.readouterr().err
     assert packed_attention(torch.device("cpu")) is None  # no warning off the GPU
     assert capsys.readouterr().err == ""
+
+
+def varlen_attn_as_documented(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *,
+                              scale=None, window_size=(-1, -1), enable_gqa=False, **rest):
+    """torch 2.13's `varlen_attn` as its docstring states it (its kernel is CUDA only): (T, H, D)
+    tensors, each sequence attending within itself; key j seen from query i when
+    i - left <= j <= i + right (-1: no bound); query head h reads key head h // (Hq / Hkv)."""
+    assert torch.equal(cu_seq_q, cu_seq_k) and max_q == max_k and not rest
+    assert enable_gqa == (query.shape[1] != key.shape[1])
+    groups = query.shape[1] // key.shape[1]
+    left, right = window_size
+    out = torch.empty_like(query)
+    for a, b in zip(cu_seq_q[:-1].tolist(), cu_seq_q[1:].tolist(), strict=True):
+        i = torch.arange(b - a)
+        seen = torch.ones(b - a, b - a, dtype=torch.bool)
+        if right >= 0:
+            seen &= i[None, :] <= i[:, None] + right
+        if left >= 0:
+            seen &= i[None, :] >= i[:, None] - left
+        k, v = (t[a:b].repeat_interleave(groups, dim=1) for t in (key, value))
+        scores = torch.einsum("qhd,khd->hqk", query[a:b], k) * (scale or query.shape[-1] ** -0.5)
+        weights = scores.masked_fill(~seen, float("-inf")).softmax(-1)
+        out[a:b] = torch.einsum("hqk,khd->qhd", weights, v)
+    return out
+
+
+@pytest.mark.parametrize("arch", ["mistral", "qwen3"])
+def test_the_cuda_path_hands_varlen_attn_the_rows_as_it_documents_them(arch, monkeypatch):
+    # the CUDA-only kernel stood in for by its documented semantics: the layout (T, H, D), the
+    # window (W - 1, 0), GQA and the scale the trainer passes must give each row's own numbers
+    import scalerl.trainer.packing as packing
+
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs["window_size"])
+        return varlen_attn_as_documented(*args, **kwargs)
+
+    monkeypatch.setattr("torch.nn.attention.varlen.varlen_attn", spy)
+    monkeypatch.setattr(packing, "_torch_varlen_fits", lambda query: True)
+    batch = batch_of(groups_of_lengths(LENGTHS, seed=1))
+    model = tiny(arch)
+    with torch.no_grad():
+        lp, _ = alone(model, batch)
+        use_varlen_attention(model)
+        p = pack(batch.input_ids, batch.prompt_lens + batch.completion_lens)
+        packed = packed_token_stats(model, p, batch.prompt_lens, batch.completion_lens)
+    assert calls == [(WINDOW - 1, 0) if arch == "mistral" else (-1, 0)] * 2  # once per layer
+    assert (packed.logprobs * batch.mask - lp * batch.mask).abs().max() <= 1e-5
