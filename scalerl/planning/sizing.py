@@ -187,8 +187,9 @@ def missed_terms(shape: ModelShape, t: TrainerLayout, state: int, compute: int, 
             shape.qk_norm
         out["rmsnorm_fp32"] = t.micro_tokens * 4 * (kept * width + shape.hidden)
     master = 4 if t.dtype == "auto" else BYTES[t.dtype]
-    operands = BYTES[t.head_operands] if t.fp32_head else compute
-    out["head_copies"] = shape.vocab * shape.hidden * operands if operands != master else 0
+    operands = BYTES[t.head_operands]  # a bf16 head is FSDP2's bf16 root: in `gathered`
+    out["head_copies"] = (shape.vocab * shape.hidden * operands
+                          if t.fp32_head and operands != master else 0)
     if t.sharded:
         per_byte = 1 + 1 / t.ranks  # the fp32 input and the 1/ranks output
         out["reduce_scatter"] = int(max(shape.root_params * 4 * per_byte,
