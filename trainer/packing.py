@@ -16,7 +16,9 @@ Which attention runs where (`use_varlen_attention`, `packed_attention`):
   transformers' own varlen path with our `cu_seqlens` (fp32 activations cast to bf16 there).
 - CUDA otherwise: `scalerl_varlen`, i.e. torch 2.13's `torch.nn.attention.varlen.varlen_attn`
   (aten's flash kernel: fp16/bf16, sm80+, head_dim <= 256 and a multiple of 8) on the whole
-  packed row, one call per layer, no host sync; fp32 activations or another GPU: SDPA row by row.
+  packed row, one call per layer, no host sync; fp32 query, key and value under autocast are
+  cast to its dtype first (as SDPA would be); fp32 without autocast, or an older GPU: SDPA row
+  by row.
 - CPU: `scalerl_varlen` runs SDPA's causal kernel on each row in turn (varlen_attn has no CPU
   kernel in torch 2.13), reading the host bounds: no sync, one call per row per layer.
 A sliding window (Mistral, Qwen2's sliding layers) is applied within each row on every path.
@@ -211,6 +213,12 @@ def varlen_attention(module, query: Tensor, key: Tensor, value: Tensor, attentio
     longest = kwargs.pop("max_length_q")
     for name in ("cu_seq_lens_k", "max_length_k", "position_ids"):
         kwargs.pop(name, None)
+    device = query.device.type
+    if query.dtype == torch.float32 and torch.is_autocast_enabled(device):
+        # fp32 master weights under autocast: RoPE's fp32 cos/sin promote q and k to fp32;
+        # SDPA would compute in the autocast dtype, and so does this
+        low = torch.get_autocast_dtype(device)
+        query, key, value = (t.to(low) for t in (query, key, value))
     if _torch_varlen_fits(query):
         return _torch_varlen(query, key, value, cu, longest, scaling, window), None
     bounds = tuple(cu.tolist()) if bounds is None else bounds

@@ -224,3 +224,29 @@ def test_the_cuda_path_hands_varlen_attn_the_rows_as_it_documents_them(arch, mon
         packed = packed_token_stats(model, p, batch.prompt_lens, batch.completion_lens)
     assert calls == [(WINDOW - 1, 0) if arch == "mistral" else (-1, 0)] * 2  # once per layer
     assert (packed.logprobs * batch.mask - lp * batch.mask).abs().max() <= 1e-5
+
+
+def test_fp32_weights_under_autocast_reach_varlen_attn_in_the_autocast_dtype(monkeypatch):
+    # the trainer's GPU default (fp32 master weights, bf16 autocast): RoPE's fp32 cos/sin make
+    # q and k fp32, which the flash kernel refuses; they must arrive in bf16, as SDPA's would
+    import scalerl.trainer.packing as packing
+
+    dtypes = []
+
+    def spy(query, key, value, *args, **kwargs):
+        dtypes.append((query.dtype, key.dtype, value.dtype))
+        return varlen_attn_as_documented(query, key, value, *args, **kwargs)
+
+    monkeypatch.setattr("torch.nn.attention.varlen.varlen_attn", spy)
+    monkeypatch.setattr(packing, "_torch_varlen_fits", lambda q: q.dtype == torch.bfloat16)
+    batch = batch_of(groups_of_lengths(LENGTHS, seed=1))
+    model = tiny("llama")
+    use_varlen_attention(model)
+    p = pack(batch.input_ids, batch.prompt_lens + batch.completion_lens)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        packed = packed_token_stats(model, p, batch.prompt_lens, batch.completion_lens)
+        padded = token_stats(model, batch.input_ids, batch.attention_mask, batch.prompt_lens,
+                             batch.completion_lens)
+    assert dtypes == [(torch.bfloat16,) * 3] * 2
+    gap = ((packed.logprobs - padded.logprobs) * batch.mask).abs().max()
+    assert gap <= 1e-2, gap  # bf16 roundoff of two kernels (1.3e-3 here); logprobs are ~ -4
