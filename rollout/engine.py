@@ -15,6 +15,7 @@ here, one every second pass of `scalerl bench rollout`, stalling output handling
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
 import itertools
 import os
@@ -40,6 +41,9 @@ from scalerl.rollout.weights import (
 
 RESUME_TIMEOUT_S = 30.0
 """Resuming after an update (even a failed one) gets at least this long."""
+
+DEATH_POLL_S = 0.25
+"""How often a call waiting on the engine checks that its core process is still alive."""
 
 
 class EngineGenerator(BaseGenerator):
@@ -110,9 +114,26 @@ class EngineGenerator(BaseGenerator):
                 "be generated in this process")
 
     def _call(self, coro, timeout_s: float | None, what: str):
-        """BaseGenerator's call on the engine's loop; EngineDied when the engine is gone."""
+        """`coro` run on the engine's loop, waited for up to `timeout_s`; EngineDied as soon as
+        the engine is gone.
+
+        vLLM fails the generation requests of a dead core, but not a control call already
+        waiting for the core's answer (pause, reload, resume: the client's utility futures are
+        never resolved, vllm/v1/engine/core_client.py), which would then wait its whole
+        timeout: the wait is cut into `DEATH_POLL_S` slices, the core's liveness read between
+        them."""
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not fut.done():
+            left = DEATH_POLL_S if deadline is None else deadline - time.monotonic()
+            if self._dead() or left <= 0:
+                fut.cancel()
+                if self._dead():
+                    raise EngineDied(self._death(what))
+                raise TimeoutError(f"{what} timed out after {timeout_s} s")
+            concurrent.futures.wait([fut], timeout=min(DEATH_POLL_S, left))
         try:
-            return super()._call(coro, timeout_s, what)
+            return fut.result()
         except Exception as exc:
             if self._dead():
                 raise EngineDied(self._death(what)) from exc
