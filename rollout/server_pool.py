@@ -74,7 +74,7 @@ class Slots:
         return sum(not fut.done() for _, _, fut in self._waiting)
 
     async def enter(self, priority: int = 0) -> None:
-        if self.held < self.capacity and not self.waiting:
+        if self.held < self.capacity:  # (a waiter exists only while all are held)
             self.held += 1
             self.most = max(self.most, self.held)
             return

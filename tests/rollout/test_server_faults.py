@@ -192,6 +192,31 @@ def test_a_request_that_waited_through_an_update_is_sent_under_the_new_version(
     assert [s.rsplit("-", 1)[1] for s in fake.salts] == [f"v{v}", f"v{v + 1}"]
 
 
+def test_a_waiter_that_gives_up_passes_its_turn_on():
+    async def go():
+        slots, order = server_pool.Slots(1), []
+        await slots.enter(0)  # this task holds the only slot
+
+        async def waiter(name: str, priority: int) -> None:
+            await slots.enter(priority)
+            try:
+                order.append(name)
+            finally:
+                slots.leave()
+
+        tasks = {n: asyncio.ensure_future(waiter(n, p)) for n, p in (("b", 1), ("c", 2),
+                                                                     ("d", 3))}
+        await asyncio.sleep(0)
+        assert slots.waiting == 3
+        tasks["b"].cancel()  # gave up while waiting
+        slots.leave()  # hands the slot to "c" ...
+        tasks["c"].cancel()  # ... cancelled before it runs: its turn goes to "d"
+        await asyncio.wait_for(asyncio.gather(*tasks.values(), return_exceptions=True), 5)
+        return order, slots.held, slots.waiting
+
+    assert asyncio.run(go()) == (["d"], 0, 0)
+
+
 def test_the_cap_and_timeouts_are_checked(tiny_model_path):
     with pytest.raises(ValueError, match=r"EngineConfig.server_max_requests must be >= 1"):
         EngineConfig(server_max_requests=0)
