@@ -96,10 +96,26 @@ def _addmm_fp32(grad_w: Tensor, dz: Tensor, hc: Tensor) -> None:
     operands cast to fp32 on CPU, which has no such kernel."""
     if dz.dtype == grad_w.dtype:
         grad_w.addmm_(dz.t(), hc)
-    elif dz.is_cuda:
-        torch.addmm(grad_w, dz.t(), hc, out_dtype=torch.float32, out=grad_w)
+    elif dz.is_cuda and not _ADDMM_REFUSED:
+        try:
+            torch.addmm(grad_w, dz.t(), hc, out_dtype=torch.float32, out=grad_w)
+        except RuntimeError:  # a build whose kernel wants `self` in the operands' dtype
+            _refuse_addmm()
+            grad_w += torch.mm(dz.t(), hc, out_dtype=torch.float32)
+    elif dz.is_cuda:  # one fp32 (vocabulary, hidden) temporary, as vLLM's own fp32 matmul
+        grad_w += torch.mm(dz.t(), hc, out_dtype=torch.float32)
     else:
         grad_w.addmm_(dz.t().float(), hc.float())
+
+
+_ADDMM_REFUSED = False
+"""The CUDA `addmm.dtype_out` kernel refused an fp32 `self` once (older torch builds check
+self's dtype against the operands'); later calls take `torch.mm(..., out_dtype=float32)`."""
+
+
+def _refuse_addmm() -> None:
+    global _ADDMM_REFUSED
+    _ADDMM_REFUSED = True
 
 
 def _matmul_then_cast(grad_w: Tensor, dz: Tensor, hc: Tensor) -> None:

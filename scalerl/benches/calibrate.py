@@ -169,6 +169,7 @@ def head_rows(dims: dict, tokens: int, device: torch.device) -> list[str]:
     """The FP32 head's peak over its inputs (bf16 hidden states, fp32 weight) with each way of
     summing the weight gradient; the predicted peak: its bf16 weight, its logits chunk's three
     fp32 copies, its inputs and the fp32 gradient."""
+    from scalerl.trainer import head
     from scalerl.trainer.head import ACCUMULATE, head_token_stats
 
     cuda = device.type == "cuda"
@@ -192,6 +193,8 @@ def head_rows(dims: dict, tokens: int, device: torch.device) -> list[str]:
                                      accumulate=how)
             lp.sum().backward()
             got = _gib(torch.cuda.max_memory_allocated() - base) if cuda else "n/a"
+            if how == "addmm" and head._ADDMM_REFUSED:
+                got += " (addmm.dtype_out refused an fp32 self: torch.mm(out_dtype) + add)"
         except RuntimeError as e:  # the kernel's own refusal is the finding
             got = f"failed: {str(e).splitlines()[0][:120]}"
         rows.append(f"| {how} | {got} | {_gib(want + (vh * 6 if how == 'matmul' else 0))} |")
