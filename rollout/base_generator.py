@@ -9,6 +9,15 @@ prompt that cannot fit its longest completion in `max_model_len` is not sent: it
 back at once with finish reason `prompt_too_long`. Subclasses supply one sampling request
 (`_sample`) and the weights/pause/close side: rollout/engine.py (vLLM in this process) and the
 HTTP servers' generator. Nothing here knows vLLM.
+
+Priorities: every sampling request carries a vLLM priority (lower = scheduled earlier; the engine
+runs vLLM's `priority` scheduling policy, ties go to the earlier arrival). A call's `priority`
+argument p (PipelineRL passes the prompt's admission sequence number, so an older prompt has a
+smaller p; other callers leave 0) maps to `2p` for a rollout's first phase and `2p - 1` for its
+continuation after a forced interruption (`phase_priority`): requests are ordered by (prompt age,
+continuation first), so a continuation goes ahead of the first phases of its own and every newer
+prompt, and any request of an older prompt goes ahead of those of newer ones. The default p = 0
+sends first phases at vLLM's default priority 0.
 """
 
 from __future__ import annotations
@@ -55,6 +64,12 @@ class Sampled:
     """Prompt tokens the engine took from its prefix cache."""
 
 
+def phase_priority(priority: int, continuation: bool) -> int:
+    """The vLLM priority of one phase of a rollout whose call had `priority` (see the module
+    docstring): `2 * priority` for the first phase, one less for the continuation."""
+    return 2 * priority - (1 if continuation else 0)
+
+
 class BaseGenerator:
     """Scored rollouts from some sampling backend, driven on a background event loop."""
 
@@ -73,6 +88,7 @@ class BaseGenerator:
         self._think_close = tuple(self.tokenizer.encode("</think>", add_special_tokens=False))
         self._phrases: dict[str, tuple[int, ...]] = {}
         self._version = 0
+        self._sampled_total = 0
         self.scorer = scorer
         """The run's tasks and grading settings: system prompts and verdicts (None: none yet;
         generating then raises)."""
@@ -83,10 +99,21 @@ class BaseGenerator:
 
     # ---- what a subclass supplies ---------------------------------------------------------
     async def _sample(self, prompt: list[int], max_tokens: int, temperature: float,
-                      seed: int | None, top_p: float = 1.0) -> Sampled:
+                      seed: int | None, top_p: float = 1.0, priority: int = 0) -> Sampled:
         """One sampling request: up to `max_tokens` tokens after `prompt` (nucleus sampling
-        with `top_p` < 1: evaluation protocols only; training samples the full distribution)."""
+        with `top_p` < 1: evaluation protocols only; training samples the full distribution),
+        scheduled with vLLM priority `priority` (lower = earlier; `phase_priority`)."""
         raise NotImplementedError
+
+    def progress(self) -> int:
+        """A count that grows while generation makes progress: tokens of finished sampling
+        requests (a subclass that can see running requests adds their tokens so far). PipelineRL
+        reads it to tell a slow batch from a stalled generator."""
+        return self._sampled_total
+
+    def concurrency(self) -> int | None:
+        """Sequences the backend decodes at once (all its engines), None when unknown."""
+        return None
 
     def update_weights(self, named_tensors: Iterable, version: int, *,
                        timeout_s: float = 60.0) -> dict[str, float]:
@@ -145,24 +172,29 @@ class BaseGenerator:
     # ---- one rollout: at most two sampling requests ---------------------------------------
     async def _rollout(self, sample: Sample, group: int, prompt: list[int], budget: Budget,
                        temperature: float, seed: int | None, score: bool,
-                       top_p: float = 1.0) -> Rollout:
+                       top_p: float = 1.0, priority: int = 0) -> Rollout:
         t0 = time.perf_counter()
         rseed = None if seed is None else B.rollout_seed(seed, sample.id, group)
         phrase = self._phrase_ids(budget.phrase)
         plan = B.plan_rollout(budget, len(phrase), rseed or 0)
-        first = await self._sample(prompt, B.first_phase_tokens(plan), temperature, rseed, top_p)
+        first = await self._sample(prompt, B.first_phase_tokens(plan), temperature, rseed, top_p,
+                                   priority=phase_priority(priority, False))
+        self._sampled_total += len(first.tokens)
         step = B.after_first_phase(plan, first.tokens, first.ended, self._think_close, phrase)
         k = step.keep
         interrupted = isinstance(step, B.Continue) and bool(step.forced)
         tokens, versions = first.tokens[:k], first.versions[:k]
         logprobs: list[float | None] = [float(x) for x in first.logprobs[:k]]
+        continuation_cached = None
         if isinstance(step, B.Continue):
             tokens += list(step.forced)
             logprobs += [None] * len(step.forced)
             versions += [self._version] * len(step.forced)
             seed2 = None if rseed is None else rseed ^ 0x5EED
             second = await self._sample(prompt + tokens, step.max_tokens, temperature, seed2,
-                                        top_p)
+                                        top_p, priority=phase_priority(priority, True))
+            self._sampled_total += len(second.tokens)
+            continuation_cached = second.cached
             tokens += second.tokens
             logprobs += second.logprobs
             versions += second.versions
@@ -184,6 +216,7 @@ class BaseGenerator:
             completion=completion, score=verdict, group=group, interrupted=interrupted,
             timings={"gen_s": gen_end - t0, "score_s": score_s, "gen_end": gen_end},
             meta={"thinking_budget": plan.thinking, "cached_tokens": first.cached,
+                  "continuation_cached_tokens": continuation_cached,
                   "sampled_tokens": len(tokens) - sum(lp is None for lp in logprobs)})
 
     def too_long(self, sample: Sample, prompt: list[int], longest: int,
@@ -201,7 +234,8 @@ class BaseGenerator:
     # ---- public generation API ------------------------------------------------------------
     def stream(self, samples: Iterable[Sample], *, n: int = 1, budget: Budget | None = None,
                temperature: float = 1.0, seed: int | None = 0, score: bool = True,
-               max_in_flight: int | None = None, top_p: float = 1.0) -> Iterator[Rollout]:
+               max_in_flight: int | None = None, top_p: float = 1.0,
+               priority: int = 0) -> Iterator[Rollout]:
         """Yield each Rollout as soon as it is generated and scored.
 
         `samples` is consumed lazily (an endless iterator works); at most `max_in_flight` rollouts
@@ -210,6 +244,8 @@ class BaseGenerator:
         `samples`. `score=False` skips the verdicts. A prompt too long for `max_model_len`
         yields n `prompt_too_long` rollouts (never sent). `top_p` < 1 samples from the nucleus
         (evaluation protocols such as DeepSeek-R1's top-p 0.95; the trainer keeps 1.0).
+        `priority` orders these requests in the engine's queue against other calls' (lower =
+        earlier; PipelineRL passes the prompt's admission number; see the module docstring).
         """
         budget = budget or Budget()
         if n <= 0 or temperature < 0 or not 0 < top_p <= 1:
@@ -219,7 +255,7 @@ class BaseGenerator:
         out: queue.Queue = queue.Queue()
         slots: list = [None]
         job = asyncio.run_coroutine_threadsafe(
-            self._drive(iter(samples), n, budget, (temperature, top_p), seed, score,
+            self._drive(iter(samples), n, budget, (temperature, top_p, priority), seed, score,
                         max_in_flight, out, slots), self._loop)
         try:
             while True:
@@ -274,18 +310,19 @@ class BaseGenerator:
             out.put(_END)
 
     async def _tagged(self, index, sample, group, prompt, budget, sampling, seed, score):
-        temperature, top_p = sampling
+        temperature, top_p, priority = sampling
         rollout = await self._rollout(sample, group, prompt, budget, temperature, seed, score,
-                                      top_p)
+                                      top_p, priority)
         rollout.meta["index"] = index
         return rollout
 
     def generate(self, samples: Sequence[Sample], *, n: int = 1, budget: Budget | None = None,
                  temperature: float = 1.0, seed: int | None = 0,
-                 score: bool = True, top_p: float = 1.0) -> list[Rollout]:
-        """All rollouts, ordered by sample then group (sample i's rollouts at i*n .. i*n+n-1)."""
+                 score: bool = True, top_p: float = 1.0, priority: int = 0) -> list[Rollout]:
+        """All rollouts, ordered by sample then group (sample i's rollouts at i*n .. i*n+n-1);
+        `priority` as in `stream`."""
         rollouts = list(self.stream(samples, n=n, budget=budget, temperature=temperature,
-                                    seed=seed, score=score, top_p=top_p))
+                                    seed=seed, score=score, top_p=top_p, priority=priority))
         return sorted(rollouts, key=lambda r: (r.meta["index"], r.group))
 
     def _scorer(self) -> Scorer:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -129,6 +129,8 @@ class GroupBuffer:
         self._closed: BaseException | None = None
         self._admission_ended: BaseException | None = None
         self.regenerated_total = 0
+        self.completed_total = 0
+        """Groups put so far (a progress signal for the pipeline's stall limit)."""
 
     # -- generator side -------------------------------------------------------------------
     @property
@@ -173,17 +175,20 @@ class GroupBuffer:
                 raise ValueError(f"put: seq {group.seq} holds sample {slot.sample.id!r}, "
                                  f"got a group for {group.sample.id!r}")
             slot.state, slot.group = "done", group
+            self.completed_total += 1
             self._cond.notify_all()
 
     # -- trainer side ---------------------------------------------------------------------
-    def take_batch(self, trainer_version: int, timeout_s: float) -> Batch:
+    def take_batch(self, trainer_version: int, timeout_s: float | None,
+                   check: Callable[[str], None] | None = None) -> Batch:
         """Wait for the next B prompts to be complete and no more than max_lag stale; take them.
 
-        Raises BufferTimeout after `timeout_s` (naming what is missing) and BufferClosed if the
-        pipeline stopped or failed meanwhile.
+        Raises BufferTimeout after `timeout_s` (None: no limit; the message names what is
+        missing) and BufferClosed if the pipeline stopped or failed meanwhile. `check` is called
+        about once a second while waiting, with what is missing, and may raise to end the wait.
         """
         start = time.monotonic()
-        deadline = start + timeout_s
+        deadline = start + (timeout_s if timeout_s is not None else float("inf"))
         b = self._batches_taken
         seqs = range(b * self.groups_per_batch, (b + 1) * self.groups_per_batch)
         regenerated = 0
@@ -203,7 +208,9 @@ class GroupBuffer:
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise BufferTimeout(self._missing_message(b, seqs, timeout_s))
+                    raise BufferTimeout(self._missing_message(b, seqs, time.monotonic() - start))
+                if check is not None:
+                    check(self._missing_message(b, seqs, time.monotonic() - start))
                 self._cond.wait(min(left, 1.0))
             groups = tuple(self._slots.pop(s).group for s in seqs)  # type: ignore[misc]
             self._batches_taken += 1
@@ -226,11 +233,11 @@ class GroupBuffer:
             self._cond.notify_all()
         return n
 
-    def _missing_message(self, b: int, seqs: range, timeout_s: float) -> str:
+    def _missing_message(self, b: int, seqs: range, waited_s: float) -> str:
         states = {s: (self._slots[s].state if s in self._slots else "not admitted") for s in seqs}
         missing = {s: st for s, st in states.items() if st != "done"}
         return (f"take_batch: batch {b} (prompts {seqs.start}..{seqs.stop - 1}) not complete "
-                f"after {timeout_s:.1f}s; waiting on {missing}")
+                f"after {waited_s:.1f}s; waiting on {missing}")
 
     # -- lifecycle ------------------------------------------------------------------------
     def close(self, error: BaseException | None = None) -> None:

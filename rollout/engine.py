@@ -7,6 +7,13 @@ cache, reload, resume; the new weights travel as safetensors files written with 
 rollout/weight_files.py, and a failed reload puts the previous version's files back) and
 `pause`/`resume`. It does not train, choose prompts or batch groups for the trainer.
 
+Requests carry their vLLM priority (the engine runs the `priority` scheduling policy: an older
+prompt's requests and a rollout's continuation go first, rollout/base_generator.py). Each request
+is salted with the policy version it starts under, so a request started after an update does not
+reuse KV blocks computed under older weights; a rollout's continuation after a forced
+interruption takes its first phase's salt, so it reuses the blocks of its prompt and first phase
+(freed but cached when that phase ended) as the same sequence would have, run on, in flight.
+
 Once the engine is up, the process's garbage-collector heap is frozen (`gc.freeze`, as vLLM does in
 its engine-core process): a full collection over the torch/transformers/vLLM heap took 0.4 s
 here, one every second pass of `scalerl bench rollout`, stalling output handling meanwhile.
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import gc
 import itertools
 import os
@@ -44,6 +52,11 @@ RESUME_TIMEOUT_S = 30.0
 
 DEATH_POLL_S = 0.25
 """How often a call waiting on the engine checks that its core process is still alive."""
+
+_ROLLOUT_SALT: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "rollout_salt", default=None)
+"""The cache salt of the running rollout's first phase (each rollout is an asyncio task of its
+own, so this is per rollout): its continuation reuses it."""
 
 
 class EngineGenerator(BaseGenerator):
@@ -81,18 +94,27 @@ class EngineGenerator(BaseGenerator):
         return AsyncLLM.from_engine_args(args)
 
     # ---- one engine request ---------------------------------------------------------------
+    async def _rollout(self, *args, **kwargs):
+        _ROLLOUT_SALT.set([])  # this rollout's task: its phases share the first one's salt
+        return await super()._rollout(*args, **kwargs)
+
     async def _sample(self, prompt: list[int], max_tokens: int, temperature: float,
-                      seed: int | None, top_p: float = 1.0) -> Sampled:
+                      seed: int | None, top_p: float = 1.0, priority: int = 0) -> Sampled:
         await self._gate.wait()  # never start a request in the middle of a weight update
         params = self._params(max_tokens, temperature, seed, top_p)
         version, rid = self._version, f"r{next(self._ids)}"
         self._live[rid] = [(0, version)]
         # The salt keeps a request started after an update off KV blocks computed under older
-        # weights (an in-place reload keeps the prefix cache); a prompt's rollouts share it.
-        request = {"prompt_token_ids": prompt, "cache_salt": f"v{version}"}
+        # weights (an in-place reload keeps the prefix cache); a prompt's rollouts share it, and
+        # a rollout's continuation takes its first phase's (module docstring).
+        salts = _ROLLOUT_SALT.get()
+        salt = salts[0] if salts else f"v{version}"
+        if salts is not None and not salts:
+            salts.append(salt)
+        request = {"prompt_token_ids": prompt, "cache_salt": salt}
         try:
             final = None
-            async for out in self._llm.generate(request, params, rid):
+            async for out in self._llm.generate(request, params, rid, priority=priority):
                 final = out
         except Exception as exc:
             if self._dead():
@@ -101,6 +123,16 @@ class EngineGenerator(BaseGenerator):
         finally:
             marks = self._live.pop(rid)
         return self._sampled(final, marks)
+
+    def concurrency(self) -> int | None:
+        """Sequences the engine schedules at once: its `max_num_seqs`, as the engine has it."""
+        return self._llm.vllm_config.scheduler_config.max_num_seqs
+
+    def progress(self) -> int:
+        """Tokens of finished requests plus those generated so far by running ones."""
+        async def read():  # on the loop: no request moves from running to finished meanwhile
+            return self._sampled_total + sum(self._token_counts().values())
+        return self._call(read(), 30, "reading the engine's progress")
 
     def _dead(self) -> bool:
         """Whether the engine's core process is gone (vLLM then fails every call)."""

@@ -3,12 +3,20 @@
 A background thread draws prompts from a sampler, submits n rollouts per prompt to the Generator
 (which scores each completion as it finishes), and files completed groups into a `GroupBuffer`.
 Admission is paced by the lag bound (no prompt starts if it would be trained more than `max_lag`
-versions later), so nothing is discarded. Weights arrive through `trainer/publish.py`, which
-updates the Generator in flight; this module only reads `generator.version`. It does not train.
+versions later), so nothing is discarded, and by the rollouts in flight (`in_flight_prompts`:
+about what the engines decode at once, never less than one batch), so the engines' queue stays
+short and batch 0 is not stuck behind the whole lag window's prompts. Each prompt's rollouts are
+sent with its admission number as their priority (older prompts, and continuations after a
+forced interruption, are scheduled first: rollout/base_generator.py). The trainer waits for a
+batch as long as generation makes progress (`stall_s`), or at most `batch_wait_s`; either expiry
+raises `BatchWaitExpired`, a `GeneratorUnavailable`, which a training run turns into a checkpoint
+and a stop. Weights arrive through `trainer/publish.py`, which updates the Generator in flight;
+this module only reads `generator.version` and `generator.progress()`. It does not train.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -16,8 +24,55 @@ from typing import Any, Protocol
 
 from scalerl.envs.base import Sample
 from scalerl.rollout.base_generator import GeneratorUnavailable
-from scalerl.rollout.buffer import Batch, BufferClosed, GroupBuffer, PromptGroup, lag_metrics
+from scalerl.rollout.buffer import (
+    Batch,
+    BufferClosed,
+    BufferTimeout,
+    GroupBuffer,
+    PromptGroup,
+    lag_metrics,
+)
 from scalerl.rollout.types import Budget, Rollout
+
+IN_FLIGHT_PER_SEQ = 2
+"""Default rollouts in flight per sequence the engines decode at once: one running, one waiting
+in the engine's queue to take its place the moment it finishes (planning warns above 4x:
+scalerl/planning/throughput.py IN_FLIGHT_WARN)."""
+PROGRESS_EVERY_S = 1.0
+"""How often the driver reads the generator's progress (for the stall limit)."""
+
+
+class BatchWaitExpired(GeneratorUnavailable):
+    """The trainer waited past `batch_wait_s`, or generation made no progress for `stall_s`:
+    a training run checkpoints (finished groups kept, the rest regenerated on `--resume`) and
+    stops."""
+
+
+def engine_concurrency(generator: Any) -> int | None:
+    """Sequences the generator's engines decode at once: its own `concurrency()` (the
+    in-process engine reads its `max_num_seqs`), else, for vLLM servers, `max_num_seqs` per
+    server in its `config` (1024 when null: vLLM 0.32's API-server default on an H100/H200, as
+    `EngineConfig.requests_per_server` takes it); None when unknown."""
+    own = getattr(generator, "concurrency", None)
+    value = own() if own is not None else None
+    config = getattr(generator, "config", None)
+    if value is None and config is not None and getattr(config, "servers", ()):
+        value = len(config.servers) * (config.max_num_seqs or 1024)
+    return value
+
+
+def in_flight_prompts(*, n: int, groups_per_batch: int, max_lag: int,
+                      rollouts: int | None = None, concurrency: int | None = None) -> int:
+    """Prompts PipelineRL generates at once: `rollouts` (a setting) or, when None,
+    IN_FLIGHT_PER_SEQ x `concurrency` (the sequences the engines decode at once), in whole
+    prompts of `n` rollouts; never fewer than one batch (so batch 0 can complete), never more
+    than the lag window (`groups_per_batch` x (`max_lag` + 1), the most admission allows, and
+    the value when neither is known)."""
+    window = groups_per_batch * (max_lag + 1)
+    if rollouts is None and concurrency is None:
+        return window
+    wanted = rollouts if rollouts is not None else IN_FLIGHT_PER_SEQ * concurrency
+    return min(window, max(groups_per_batch, math.ceil(wanted / n)))
 
 
 class GeneratorLike(Protocol):
@@ -27,7 +82,7 @@ class GeneratorLike(Protocol):
     def version(self) -> int: ...
 
     def generate(self, samples: list[Sample], *, n: int, budget: Budget, temperature: float,
-                 seed: int | None) -> list[Rollout]: ...
+                 seed: int | None, priority: int = 0) -> list[Rollout]: ...
 
 
 Sampler = Callable[[], Sample]
@@ -41,7 +96,10 @@ class PipelineRL:
     The seed passed with prompt `seq` is `seed_fn(seq)`, by default `seed + seq // B` (the batch
     index: what a synchronous loop passing `seed + step` uses; the engine derives each rollout's
     seed from it, the sample id and the group index), so regenerating a prompt after a resume
-    reuses its seed.
+    reuses its seed. `max_in_flight`: prompts generating at once (default: `in_flight_prompts`
+    from the generator's `concurrency()`). `batch_wait_s`: most seconds `take_batch` waits
+    (None: no limit); `stall_s`: most seconds it waits while no group completes and the
+    generator's `progress()` does not move (None: no limit).
     """
 
     def __init__(self, generator: GeneratorLike, sampler: Sampler, *, n: int,
@@ -49,15 +107,23 @@ class PipelineRL:
                  temperature: float = 1.0,
                  seed: int = 0, max_in_flight: int | None = None,
                  trainer_version: int = 0, poll_s: float = 0.05,
-                 seed_fn: Callable[[int], int] | None = None):
+                 seed_fn: Callable[[int], int] | None = None,
+                 batch_wait_s: float | None = None, stall_s: float | None = None):
         if n <= 0:
             raise ValueError(f"n (rollouts per prompt) must be > 0, got {n}")
         self.generator, self.sampler = generator, sampler
         self.n, self.budget, self.temperature, self.seed = n, budget, temperature, seed
         self.buffer = GroupBuffer(groups_per_batch, max_lag, trainer_version=trainer_version)
-        self.max_in_flight = max_in_flight or groups_per_batch * (max_lag + 1)
+        self.max_in_flight = max_in_flight or in_flight_prompts(
+            n=n, groups_per_batch=groups_per_batch, max_lag=max_lag,
+            concurrency=engine_concurrency(generator))
         if self.max_in_flight <= 0:
             raise ValueError(f"max_in_flight must be > 0, got {self.max_in_flight}")
+        for name, value in (("batch_wait_s", batch_wait_s), ("stall_s", stall_s)):
+            if value is not None and value <= 0:
+                raise ValueError(f"PipelineRL {name} must be > 0 or None (no limit), got {value}")
+        self.batch_wait_s, self.stall_s = batch_wait_s, stall_s
+        self._progress = _Progress(getattr(generator, "progress", None))
         self.poll_s = poll_s
         self.seed_fn = seed_fn or (lambda seq: seed + seq // groups_per_batch)
         self._admit_lock = threading.Lock()  # sampler draw + admit vs state_dict
@@ -73,6 +139,7 @@ class PipelineRL:
         if self._thread is not None:
             raise RuntimeError("PipelineRL.start: already started")
         self._clock.start()
+        self._progress.observe(0, 0)  # the stall clock starts now
         self._thread = threading.Thread(target=self._run, name="pipelinerl-driver", daemon=True)
         self._thread.start()
         return self
@@ -105,6 +172,7 @@ class PipelineRL:
                 self._admit()
                 for seq, sample in self.buffer.claim_queued():
                     self._submit(seq, sample)
+                self._progress.observe(self.buffer.completed_total, self._clock.in_flight)
                 self.buffer.wait(self.poll_s)
         except BaseException as e:  # noqa: BLE001 - recorded, closes the buffer, re-raised there
             self._fail(e)
@@ -145,7 +213,7 @@ class PipelineRL:
             return
         rollouts = self.generator.generate(
             [sample], n=self.n, budget=self.budget_for(sample), temperature=self.temperature,
-            seed=self.seed_fn(seq))
+            seed=self.seed_fn(seq), priority=seq)  # older prompts first
         if len(rollouts) != self.n:
             raise RuntimeError(f"generator returned {len(rollouts)} rollouts for sample "
                                f"{sample.id!r} (seq {seq}), expected n={self.n}")
@@ -165,14 +233,19 @@ class PipelineRL:
         self.buffer.close(error)
 
     # -- trainer side ---------------------------------------------------------------------
-    def take_batch(self, trainer_version: int, timeout_s: float) -> Batch:
+    def take_batch(self, trainer_version: int, timeout_s: float | None = None) -> Batch:
         """The next B groups, lag <= max_lag (see `GroupBuffer.take_batch`). Raises the
         pipeline's own error (chained) if generation failed (GeneratorUnavailable as itself),
-        BufferTimeout after `timeout_s`."""
+        BatchWaitExpired after `timeout_s` (default `batch_wait_s`) or once nothing progressed
+        for `stall_s`."""
         if self._thread is None:
             raise RuntimeError("PipelineRL.take_batch: call start() first")
+        timeout_s = self.batch_wait_s if timeout_s is None else timeout_s
         try:
-            batch = self.buffer.take_batch(trainer_version, timeout_s)
+            batch = self.buffer.take_batch(trainer_version, timeout_s, check=self._check_stall)
+        except BufferTimeout as e:
+            raise BatchWaitExpired(f"PipelineRL: {e} (the wait limit, offpolicy.batch_wait_s, "
+                                   f"is {timeout_s:g} s)") from e
         except BufferClosed as e:
             if isinstance(self._error, GeneratorUnavailable):  # the caller may stop and resume
                 raise GeneratorUnavailable(str(self._error)) from self._error
@@ -184,6 +257,15 @@ class PipelineRL:
             raise
         self._trainer_wait_s += batch.wait_s
         return batch
+
+    def _check_stall(self, missing: str) -> None:
+        """Raise BatchWaitExpired once neither a group completed nor the generator's progress
+        moved for `stall_s` while prompts were in flight."""
+        quiet = self._progress.quiet_s()
+        if self.stall_s is not None and quiet > self.stall_s:
+            raise BatchWaitExpired(
+                f"PipelineRL: no group completed and no token was generated for {quiet:.0f} s "
+                f"(the stall limit, offpolicy.stall_s, is {self.stall_s:g} s); {missing}")
 
     def metrics(self, batch: Batch | None = None) -> dict[str, float]:
         """Lag of `batch`'s rollouts, idle seconds and shares since start, buffer occupancy."""
@@ -224,6 +306,32 @@ class PipelineRL:
                 raise TypeError("checkpoint has a sampler state but this sampler has no "
                                 "load_state_dict()")
             loader(state["sampler"])
+
+
+class _Progress:
+    """When generation last moved: a group completed, the generator's `progress()` changed, or
+    nothing was in flight (nothing to wait for). Read by the driver every PROGRESS_EVERY_S."""
+
+    def __init__(self, read: Callable[[], int] | None) -> None:
+        self._read = read
+        self._last: tuple[int, int | None] | None = None
+        self._read_at = 0.0
+        self._moved_at = time.monotonic()
+
+    def observe(self, completed: int, in_flight: int) -> None:
+        now = time.monotonic()
+        if not in_flight:  # nothing to wait for
+            self._moved_at = now
+            return
+        if now - self._read_at < PROGRESS_EVERY_S:
+            return
+        self._read_at = now
+        seen = (completed, self._read() if self._read is not None else None)
+        if seen != self._last:
+            self._last, self._moved_at = seen, now
+
+    def quiet_s(self) -> float:
+        return time.monotonic() - self._moved_at
 
 
 class _IdleClock:

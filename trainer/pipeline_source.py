@@ -3,7 +3,10 @@
 Wraps `rollout.pipeline.PipelineRL` behind the loop's `RolloutSource` calls: `next_groups` takes
 the next ordered, lag-bounded batch (waiting only when the trainer is `max_lag` versions ahead),
 `on_step` publishes the new weights into the running generator at once (in flight). The pipeline
-starts on the first `next_groups`, after any `load_state_dict`. No optimisation or logging here.
+starts on the first `next_groups`, after any `load_state_dict`. The rollouts in flight, the batch
+wait and the stall limit are the run's `offpolicy.max_in_flight`, `batch_wait_s` and `stall_s`;
+an expired wait is a `GeneratorUnavailable` (the loop checkpoints and stops). No optimisation or
+logging here.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from scalerl.rollout.pipeline import PipelineRL
+from scalerl.rollout.pipeline import PipelineRL, engine_concurrency, in_flight_prompts
 from scalerl.trainer.filters import Group
 from scalerl.trainer.publish import FilesPublisher, Publisher
 from scalerl.trainer.sources import LazyWeights, SourceSettings, round_seed, skip_too_long
@@ -32,13 +35,17 @@ class PipelineSource:
     """RolloutSource for PipelineRL-k: streaming generation, in-flight updates, bounded lag."""
 
     def __init__(self, generator: Any, sampler: Any, s: SourceSettings,
-                 publisher: Publisher | None = None, *, take_timeout_s: float = 3600.0):
+                 publisher: Publisher | None = None):
         b = s.prompts_per_step
-        self.generator, self.settings, self.take_timeout_s = generator, s, take_timeout_s
+        self.generator, self.settings = generator, s
         self.pipeline = PipelineRL(
             generator, sampler, n=s.rollouts_per_prompt, groups_per_batch=b, max_lag=s.max_lag,
             budget=dict(s.budgets), temperature=s.temperature, seed=s.seed,
-            seed_fn=lambda seq: round_seed(s.seed, seq // b))
+            seed_fn=lambda seq: round_seed(s.seed, seq // b),
+            max_in_flight=in_flight_prompts(
+                n=s.rollouts_per_prompt, groups_per_batch=b, max_lag=s.max_lag,
+                rollouts=s.max_in_flight, concurrency=engine_concurrency(generator)),
+            batch_wait_s=s.batch_wait_s, stall_s=s.stall_s)
         self.publisher = publisher or FilesPublisher(generator)
         self._started = False
         self._sync: dict[str, float] = {}
@@ -49,7 +56,7 @@ class PipelineSource:
         if not self._started:
             self.pipeline.start()
             self._started = True
-        batch = self.pipeline.take_batch(trainer_version, self.take_timeout_s)
+        batch = self.pipeline.take_batch(trainer_version)
         metrics = self.pipeline.metrics(batch) | self._sync
         self._sync = {}
         tokens = sum(len(r.token_ids) for r in batch.rollouts)

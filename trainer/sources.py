@@ -69,6 +69,12 @@ class SourceSettings:
     takes one step per batch and does not read it)."""
     max_lag: int
     """PipelineRL-k: most versions a trained rollout may lag behind the trainer."""
+    max_in_flight: int | None = None
+    """PipelineRL-k: most rollouts generating at once (None: from the engines' concurrency)."""
+    batch_wait_s: float | None = None
+    """PipelineRL-k: most seconds to wait for a batch (None: no limit while progressing)."""
+    stall_s: float | None = None
+    """PipelineRL-k: most seconds to wait while generation makes no progress (None: no limit)."""
 
 
 def _published() -> Iterable[tuple[str, torch.Tensor]]:

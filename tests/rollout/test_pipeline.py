@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 
 from scalerl.envs.base import Sample, Score
-from scalerl.rollout.buffer import BufferClosed, BufferTimeout
-from scalerl.rollout.pipeline import PipelineRL
+from scalerl.rollout import pipeline
+from scalerl.rollout.base_generator import GeneratorUnavailable, phase_priority
+from scalerl.rollout.buffer import BufferClosed
+from scalerl.rollout.pipeline import PipelineRL, in_flight_prompts
 from scalerl.rollout.types import Budget, Rollout
 
 
@@ -29,6 +31,7 @@ class FakeGenerator:
         self.tokens, self.token_s, self.score_s, self.fail_on = tokens, token_s, score_s, fail_on
         self._version = 0
         self.calls: list[tuple[str, int | None]] = []
+        self.priorities: list[tuple[str, int]] = []
 
     @property
     def version(self) -> int:
@@ -38,9 +41,10 @@ class FakeGenerator:
         self._version = version
 
     def generate(self, samples: list[Sample], *, n: int, budget: Budget, temperature: float,
-                 seed: int | None, scorer: Any = None) -> list[Rollout]:
+                 seed: int | None, priority: int = 0, scorer: Any = None) -> list[Rollout]:
         (sample,) = samples
         self.calls.append((sample.id, seed))
+        self.priorities.append((sample.id, priority))
         if sample.id == self.fail_on:
             raise RuntimeError(f"engine crashed on {sample.id}")
         versions = []
@@ -154,11 +158,46 @@ def test_generator_failure_reaches_the_trainer_instead_of_hanging():
         assert time.monotonic() - t0 < 5.0
 
 
-def test_take_batch_times_out_loudly_when_nothing_arrives():
+def test_an_expired_batch_wait_is_a_checkpointed_stop():
+    """`batch_wait_s` is the wait's limit; its expiry is a GeneratorUnavailable (the loop
+    checkpoints and stops, exit 75), not an error that loses the run."""
     gen = FakeGenerator(tokens=1, score_s=lambda s: 1.0)
-    with make_pipeline(gen, CountingSampler(), max_lag=0) as pipe, \
-            pytest.raises(BufferTimeout, match="batch 0"):
-        pipe.take_batch(0, timeout_s=0.2)
+    with make_pipeline(gen, CountingSampler(), max_lag=0, batch_wait_s=0.2) as pipe, \
+            pytest.raises(GeneratorUnavailable, match=r"batch 0 .*batch_wait_s, is 0.2 s"):
+        pipe.take_batch(0)
+
+
+class Stuck(FakeGenerator):
+    """A generator that never finishes `hang_s` and reports progress only while `ticking`."""
+
+    def __init__(self, ticking: bool, hang_s: float):
+        super().__init__(tokens=1)
+        self.ticking, self.hang_s, self.count = ticking, hang_s, 0
+
+    def progress(self) -> int:
+        self.count += self.ticking
+        return self.count
+
+    def generate(self, samples, **kw):
+        time.sleep(self.hang_s)
+        return super().generate(samples, **kw)
+
+
+def test_the_wait_has_no_limit_while_generation_progresses_and_stops_on_a_stall(monkeypatch):
+    monkeypatch.setattr(pipeline, "PROGRESS_EVERY_S", 0.05)  # read progress often (test speed)
+    slow = Stuck(ticking=True, hang_s=1.2)  # slower than the stall limit, but progressing
+    with make_pipeline(slow, CountingSampler(), max_lag=0, stall_s=0.4) as pipe:
+        assert pipe.take_batch(0).index == 0
+    stuck = Stuck(ticking=False, hang_s=30.0)
+    pipe = make_pipeline(stuck, CountingSampler(), max_lag=0, stall_s=0.4).start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(GeneratorUnavailable, match=r"no group completed and no token was "
+                           r"generated for \d+ s .*stall_s, is 0.4 s.*batch 0"):
+            pipe.take_batch(0)
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        pipe.stop(drain_s=0)  # the hung generate threads are daemons: leave them
 
 
 def test_exhausted_sampler_serves_every_full_batch_then_stops():
@@ -215,6 +254,74 @@ def test_state_dict_is_consistent_while_the_driver_admits():
             s = pipe.state_dict()
             assert s["sampler"]["pos"] == s["buffer"]["next_seq"]
         t.join()
+
+
+def test_in_flight_default_is_twice_the_engines_concurrency_within_one_batch_and_the_window():
+    # The paper's setup (B=48 prompts x n=16, max_lag 8): the lag window is 48 x 9 = 432
+    # prompts (6,912 rollouts); one engine of max_num_seqs 256 gets 2 x 256 / 16 = 32 prompts,
+    # raised to one batch (48); four engines of 512: 2 x 2048 / 16 = 256 prompts.
+    kw = dict(n=16, groups_per_batch=48, max_lag=8)
+    assert in_flight_prompts(**kw) == 432
+    assert in_flight_prompts(**kw, concurrency=256) == 48
+    assert in_flight_prompts(**kw, concurrency=4 * 512) == 256
+    assert in_flight_prompts(**kw, concurrency=10_000) == 432
+    assert in_flight_prompts(**kw, rollouts=1000, concurrency=256) == 63  # ceil(1000 / 16)
+
+
+def test_the_engines_concurrency_of_an_engine_and_of_servers():
+    from types import SimpleNamespace
+
+    from scalerl.rollout.engine_config import EngineConfig
+
+    class Servers:  # what ServerGenerator has: a config naming its servers, no own figure
+        def __init__(self, seqs):
+            self.config = EngineConfig(servers=("http://a:1", "http://b:1", "http://c:1"),
+                                       max_num_seqs=seqs)
+
+    assert pipeline.engine_concurrency(Servers(95)) == 3 * 95
+    assert pipeline.engine_concurrency(Servers(None)) == 3 * 1024  # vLLM's API-server default
+    assert pipeline.engine_concurrency(SimpleNamespace(concurrency=lambda: 7)) == 7
+    assert pipeline.engine_concurrency(FakeGenerator()) is None
+
+
+def test_prompts_in_flight_follow_the_engines_concurrency_and_carry_their_age_as_priority():
+    class Engines(FakeGenerator):
+        """Counts the prompts generating at once; decodes 4 sequences at once."""
+
+        def __init__(self):
+            super().__init__(tokens=3, token_s=0.01)
+            self.now = self.most = 0
+            self.lock = threading.Lock()
+
+        def concurrency(self) -> int:
+            return 4
+
+        def generate(self, samples, **kw):
+            with self.lock:
+                self.now += 1
+                self.most = max(self.most, self.now)
+            try:
+                return super().generate(samples, **kw)
+            finally:
+                with self.lock:
+                    self.now -= 1
+
+    gen = Engines()
+    # n=2: 2 x 4 / 2 = 4 prompts in flight, above one batch (3), far below the window (3 x 9)
+    with make_pipeline(gen, CountingSampler(), max_lag=8, groups_per_batch=3) as pipe:
+        assert pipe.max_in_flight == 4
+        train(pipe, gen, steps=4)
+    assert gen.most == 4
+    assert sorted(gen.priorities)[:3] == [("p0", 0), ("p1", 1), ("p10", 10)]
+    assert all(p == int(sid[1:]) for sid, p in gen.priorities)
+
+
+def test_a_continuation_goes_before_first_phases_of_its_own_and_newer_prompts():
+    # (prompt age, continuation first): 2p for a first phase, 2p - 1 for its continuation
+    assert [phase_priority(p, c) for p in (0, 1, 5) for c in (True, False)] == [
+        -1, 0, 1, 2, 9, 10]
+    assert phase_priority(3, True) < phase_priority(3, False) < phase_priority(4, False)
+    assert phase_priority(3, False) < phase_priority(4, True)  # an older prompt first
 
 
 @pytest.mark.slow

@@ -38,7 +38,7 @@ class SeededGenerator:
     def metrics(self):
         return {}
 
-    def generate(self, samples, *, n, budget, temperature, seed):
+    def generate(self, samples, *, n, budget, temperature, seed, priority=0):
         out = []
         for s in samples:
             for g in range(n):
@@ -247,3 +247,43 @@ def test_unavailable_generation_surfaces_as_itself_and_loses_no_prompt(kind):
     finally:
         resumed.close()
         reference.close()
+
+
+def test_the_wait_and_in_flight_settings_reach_the_pipeline_and_bad_ones_fail_in_one_line():
+    from types import SimpleNamespace
+
+    from scalerl.coerce import ConfigError
+    from scalerl.config import load_config
+    from scalerl.trainer.loop import source_settings
+
+    cfg = load_config("tiny-cpu", ["offpolicy.batch_wait_s=90", "offpolicy.stall_s=null",
+                                   "offpolicy.max_in_flight=600", "offpolicy.prompts_per_step=32",
+                                   "offpolicy.rollouts_per_prompt=8", "offpolicy.max_lag=8"])
+    tasks = {"arith": SimpleNamespace(budget=Budget(answer=8))}
+    source = PipelineSource(SeededGenerator(), sampler(), source_settings(cfg, tasks))
+    try:
+        pipe = source.pipeline
+        assert (pipe.batch_wait_s, pipe.stall_s) == (90.0, None)
+        assert pipe.max_in_flight == 75  # 600 rollouts / 8 per prompt
+    finally:
+        source.close()
+    assert load_config("tiny-cpu").offpolicy.stall_s == 1800.0  # the default: 30 min
+    for bad, says in [("batch_wait_s=0", "must be > 0 or null"),
+                      ("stall_s=-5", "must be > 0 or null"),
+                      ("max_in_flight=255", "must be >= one batch.* = 256")]:
+        with pytest.raises(ConfigError, match=f"^offpolicy.{bad.split('=')[0]} = .*{says}"):
+            load_config("tiny-cpu", [f"offpolicy.{bad}"])
+
+
+def test_an_expired_wait_stops_the_loop_as_unavailable_generation():
+    class Hung(SeededGenerator):
+        def generate(self, samples, **kw):
+            time.sleep(30)
+
+    source = PipelineSource(Hung(), sampler(), settings(max_lag=0, batch_wait_s=0.3))
+    try:
+        with pytest.raises(GeneratorUnavailable, match="batch_wait_s, is 0.3 s"):
+            source.next_groups(0)
+    finally:
+        source.pipeline.stop(drain_s=0)
+        source.publisher.close()
