@@ -17,13 +17,10 @@ cache, reloads in place, takes the new version label (checked with `/weight_info
 A server whose reload fails puts the previous files back and gets no requests until it has the
 current ones; if no server takes an update it is WeightUpdateError and the version is unchanged.
 A server that dies or hangs (its `/health` fails) has its requests issued again elsewhere and
-rejoins (with backoff) with the current weights; a request that fails on a server whose `/health`
-answers (e.g. no reply within `engine.server_request_timeout_s`) is issued again alone, and the
-server keeps its place. At most `engine.server_max_requests` requests are in flight on one
-server; each carries its `priority` (vLLM's priority scheduling: lower first), which also orders
-the requests waiting in this client. `nccl` drives vLLM's NCCL weight transfer over every
-server's HTTP routes (one group, a rank offset per server): written against vLLM 0.32, not run
-here.
+rejoins (with backoff) with the current weights; a request that fails alone is issued again and
+its server, healthy, keeps its place (rollout/server_pool.py, which also caps the requests per
+server and orders them by `priority`). `nccl` drives vLLM's NCCL weight transfer over every
+server's HTTP routes (one group, a rank offset per server): written against vLLM 0.32.
 """
 
 from __future__ import annotations
