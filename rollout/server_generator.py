@@ -26,6 +26,7 @@ server's HTTP routes (one group, a rank offset per server): written against vLLM
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import shutil
 import socket
@@ -55,6 +56,11 @@ from scalerl.rollout.weights import (
     checkpoint_shapes,
     weights_root,
 )
+
+_ROLLOUT_SALT: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "server_rollout_salt", default=None)
+"""The cache salt the running rollout's first phase was sent with (a rollout is a task of its
+own): its continuation takes it, as in-process (rollout/engine.py)."""
 
 
 def span_versions(spans: list[dict] | None, n: int, url: str) -> list[int]:
@@ -180,9 +186,10 @@ class ServerGenerator(BaseGenerator):
                               f"version {version}")
 
     # ---- one sampling request ---------------------------------------------------------------
-    async def _rollout(self, sample, group, prompt, *args):
+    async def _rollout(self, sample, group, prompt, *args, **kwargs):
+        _ROLLOUT_SALT.set([])  # this rollout's task: its phases share the first one's salt
         with self.pool.affinity(tuple(prompt)):  # a prompt's rollouts share a server's cache
-            return await super()._rollout(sample, group, prompt, *args)
+            return await super()._rollout(sample, group, prompt, *args, **kwargs)
 
     async def _sample(self, prompt: list[int], max_tokens: int, temperature: float,
                       seed: int | None, top_p: float = 1.0, priority: int = 0) -> Sampled:
@@ -191,10 +198,17 @@ class ServerGenerator(BaseGenerator):
         if seed is not None:
             params["seed"] = seed
 
-        async def body() -> dict:  # once a slot is free: the version (salt) it is sent under
+        salts = _ROLLOUT_SALT.get()
+
+        async def body() -> dict:
+            """Once a slot is free: salted with the version it is sent under, or (a rollout's
+            continuation) its first phase's salt, whose prompt and tokens the server cached."""
             await self._gate.wait()
+            salt = salts[0] if salts else f"{self._salt}-v{self._version}"
+            if salts is not None and not salts:
+                salts.append(salt)
             return {"token_ids": prompt, "sampling_params": params, "priority": priority,
-                    "cache_salt": f"{self._salt}-v{self._version}"}
+                    "cache_salt": salt}
 
         failures = 0
         while True:

@@ -192,6 +192,38 @@ def test_a_request_that_waited_through_an_update_is_sent_under_the_new_version(
     assert [s.rsplit("-", 1)[1] for s in fake.salts] == [f"v{v}", f"v{v + 1}"]
 
 
+def test_a_continuation_after_an_update_keeps_its_first_phases_salt(
+        servers, generators, tiny_model_path, tmp_path):
+    # as in-process (rollout/engine.py): the server cached the prompt and first phase under
+    # that salt; a rollout that starts after the update gets the new version's
+    from scalerl.envs.base import Sample
+    from scalerl.rollout.types import Budget
+
+    release = []
+
+    async def hold(prompt: list[int], attempt: int) -> None:
+        if prompt == [80, 81]:  # the first phase, until the update is done
+            await until(lambda: release)
+
+    fake = servers(hold=hold)
+    gen = generators(tiny_model_path, [fake])
+    v, budget = gen.version, Budget(thinking=4, answer=4)
+    sample = Sample(id="s", task="arith", prompt="")
+
+    async def scenario():
+        old = asyncio.ensure_future(gen._rollout(sample, 0, [80, 81], budget, 1.0, 0, False))
+        await until(lambda: fake.in_flight == 1)
+        await gen._update_all(tmp_path, v + 1, 5.0, "test update")
+        release.append(True)
+        await old
+        await gen._rollout(sample, 0, [90], budget, 1.0, 0, False)
+
+    gen._call(scenario(), 60, "the scenario")
+    assert [p[0] for p in fake.answered] == [80, 80, 90, 90]  # two phases each
+    assert [s.rsplit("-", 1)[1] for s in fake.salts] == [f"v{v}", f"v{v}", f"v{v + 1}",
+                                                         f"v{v + 1}"]
+
+
 def test_a_waiter_that_gives_up_passes_its_turn_on():
     async def go():
         slots, order = server_pool.Slots(1), []
