@@ -75,7 +75,10 @@ def test_the_scalerl_recipe_for_qwen3_8b_fits_eight_80gb_gpus(tmp_path):
     kv = 0.9 * 80 * GIB - 2 * QWEN3_8B_PARAMS - 3 * GIB
     assert plan["engine"]["kv_cache"] == int(kv)
     assert plan["kv_sequences"] == pytest.approx(int(kv) / GIB * GIB / 147456 / 16384)
-    assert plan["rollouts_per_step"] == 48 * 16 and plan["in_flight"] == 48 * 16 * 9
+    # PipelineRL's cap: 2 x the 5 engines' 95 sequences = 950 rollouts, in whole prompts of 16
+    # (60), within one batch (48) and the lag window (48 x 9 = 432 prompts): no queue warning
+    assert plan["rollouts_per_step"] == 48 * 16 and plan["in_flight"] == 60 * 16
+    assert not any("in flight" in w for w in plan["speed"]["warnings"])
     speed = plan["speed"]
     assert speed["gpu"] == "H100-SXM" and speed["engine"]["engines"] == 5
     assert speed["engine"]["max_num_seqs"] == int(kv) // 147456 // 4096 == 95
@@ -102,7 +105,8 @@ def test_the_scalerl_recipe_for_qwen3_8b_fits_eight_80gb_gpus(tmp_path):
 
 def test_the_printed_plan_and_its_warning_for_rollouts_queued_past_the_engines(tmp_path):
     code, out, err, _ = dry_run(write_config(tmp_path, QWEN3_8B), "--gpus", "8", "--gpu-gib",
-                                "80", "--completion-tokens", "4000")
+                                "80", "--completion-tokens", "4000",
+                                "--set", "offpolicy.max_in_flight=6912")
     assert code == 0, err
     assert "throughput on H100-SXM" in out and "mean prompt 512 + completion 4000 tokens" in out
     # a 512 + 2,000-token mean context: 391,348 // 2,512 = 155 sequences per engine, each
@@ -110,7 +114,7 @@ def test_the_printed_plan_and_its_warning_for_rollouts_queued_past_the_engines(t
     assert "engines: 4 x TP 1, KV cache 53.7 GiB per GPU, max_num_seqs 155" in out
     assert "  * 4:4  trainer rank" in out and "1:7  trainer rank" in out
     assert "rollouts per hour; 7400 steps in" in out and "days" in out
-    # 6,912 requests (48 x 16 x (8 + 1)) against what 5 engines decode at once
+    # the whole lag window asked for (48 x 16 x (8 + 1) = 6,912) against what 4 engines decode
     assert "warning: 6912 rollouts in flight but the engines decode" in out
     assert "launch: torchrun --nproc_per_node" in out
     code, _, err, _ = dry_run(write_config(tmp_path, QWEN3_8B), "--gpus", "8", "--gpu-gib",
