@@ -87,9 +87,11 @@ def test_a_resume_may_wait_longer_for_the_generator_but_not_change_the_engine():
     from scalerl.config import ConfigError, load_config, resume_config, to_dict
 
     data = to_dict(load_config(None, ["offpolicy.mode=ppo", "steps=6"]))
-    _, changes = resume_config(data, ["engine.weight_timeout_s=900", "engine.server_wait_s=60"])
+    _, changes = resume_config(data, ["engine.weight_timeout_s=900", "engine.server_wait_s=60",
+                                      "engine.server_max_requests=64"])
     assert changes == {"engine.weight_timeout_s": (300.0, 900.0),
-                       "engine.server_wait_s": (300.0, 60.0)}
+                       "engine.server_wait_s": (300.0, 60.0),
+                       "engine.server_max_requests": (None, 64)}
     with pytest.raises(ConfigError, match=r"^--set engine.max_model_len 512 -> 2048: cannot "
                                           "change when a run is resumed"):
         resume_config(data, ["engine.max_model_len=2048"])
