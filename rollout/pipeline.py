@@ -3,11 +3,14 @@
 A background thread draws prompts from a sampler, submits n rollouts per prompt to the Generator
 (which scores each completion as it finishes), and files completed groups into a `GroupBuffer`.
 Admission is paced by the lag bound (no prompt starts if it would be trained more than `max_lag`
-versions later), so nothing is discarded, and by the rollouts in flight (`in_flight_prompts`:
-about what the engines decode at once, never less than one batch), so the engines' queue stays
-short and batch 0 is not stuck behind the whole lag window's prompts. Each prompt's rollouts are
-sent with its admission number as their priority (older prompts, and continuations after a
-forced interruption, are scheduled first: rollout/base_generator.py). The trainer waits for a
+versions later), so nothing is discarded, and, when `offpolicy.max_in_flight` is set, by the
+rollouts not yet finished (each frees its place as it finishes: `in_flight_prompts`). Each
+prompt's rollouts are sent with its admission number as their priority (older prompts, and
+continuations after a forced interruption, are scheduled first: rollout/base_generator.py), so
+batch 0 is not stuck behind the lag window's newer prompts however many wait. By default the
+whole lag window is in flight: a cap near the engines' concurrency starved the engine here
+(`scalerl bench pipeline`: x0.94 at 2x max_num_seqs, x1.05 at 4x, x1.92 with the window;
+docs/measurements.md). The trainer waits for a
 batch as long as generation makes progress (`stall_s`), or at most `batch_wait_s`; either expiry
 raises `BatchWaitExpired`, a `GeneratorUnavailable`, which a training run turns into a checkpoint
 and a stop. Weights arrive through `trainer/publish.py`, which updates the Generator in flight;
@@ -34,10 +37,6 @@ from scalerl.rollout.buffer import (
 )
 from scalerl.rollout.types import Budget, Rollout
 
-IN_FLIGHT_PER_SEQ = 2
-"""Default rollouts in flight per sequence the engines decode at once: one running, one waiting
-in the engine's queue to take its place the moment it finishes (planning warns above 4x:
-scalerl/planning/throughput.py IN_FLIGHT_WARN)."""
 PROGRESS_EVERY_S = 1.0
 """How often the driver reads the generator's progress (for the stall limit)."""
 
@@ -48,31 +47,15 @@ class BatchWaitExpired(GeneratorUnavailable):
     stops."""
 
 
-def engine_concurrency(generator: Any) -> int | None:
-    """Sequences the generator's engines decode at once: its own `concurrency()` (the
-    in-process engine reads its `max_num_seqs`), else, for vLLM servers, `max_num_seqs` per
-    server in its `config` (1024 when null: vLLM 0.32's API-server default on an H100/H200, as
-    `EngineConfig.requests_per_server` takes it); None when unknown."""
-    own = getattr(generator, "concurrency", None)
-    value = own() if own is not None else None
-    config = getattr(generator, "config", None)
-    if value is None and config is not None and getattr(config, "servers", ()):
-        value = len(config.servers) * (config.max_num_seqs or 1024)
-    return value
-
-
 def in_flight_prompts(*, n: int, groups_per_batch: int, max_lag: int,
-                      rollouts: int | None = None, concurrency: int | None = None) -> int:
-    """Prompts PipelineRL generates at once: `rollouts` (a setting) or, when None,
-    IN_FLIGHT_PER_SEQ x `concurrency` (the sequences the engines decode at once), in whole
-    prompts of `n` rollouts; never fewer than one batch (so batch 0 can complete), never more
-    than the lag window (`groups_per_batch` x (`max_lag` + 1), the most admission allows, and
-    the value when neither is known)."""
+                      rollouts: int | None = None) -> int:
+    """The in-flight cap in prompts: `rollouts` (offpolicy.max_in_flight) in whole prompts of
+    `n`, never fewer than one batch (so batch 0 can complete), never more than the lag window
+    (`groups_per_batch` x (`max_lag` + 1), the most admission allows, and the default)."""
     window = groups_per_batch * (max_lag + 1)
-    if rollouts is None and concurrency is None:
+    if rollouts is None:
         return window
-    wanted = rollouts if rollouts is not None else IN_FLIGHT_PER_SEQ * concurrency
-    return min(window, max(groups_per_batch, math.ceil(wanted / n)))
+    return min(window, max(groups_per_batch, math.ceil(rollouts / n)))
 
 
 class GeneratorLike(Protocol):
@@ -96,8 +79,8 @@ class PipelineRL:
     The seed passed with prompt `seq` is `seed_fn(seq)`, by default `seed + seq // B` (the batch
     index: what a synchronous loop passing `seed + step` uses; the engine derives each rollout's
     seed from it, the sample id and the group index), so regenerating a prompt after a resume
-    reuses its seed. `max_in_flight`: prompts generating at once (default: `in_flight_prompts`
-    from the generator's `concurrency()`). `batch_wait_s`: most seconds `take_batch` waits
+    reuses its seed. `max_in_flight`: the cap in prompts' worth of unfinished rollouts
+    (default: the lag window). `batch_wait_s`: most seconds `take_batch` waits
     (None: no limit); `stall_s`: most seconds it waits while no group completes and the
     generator's `progress()` does not move (None: no limit).
     """
@@ -115,8 +98,7 @@ class PipelineRL:
         self.n, self.budget, self.temperature, self.seed = n, budget, temperature, seed
         self.buffer = GroupBuffer(groups_per_batch, max_lag, trainer_version=trainer_version)
         self.max_in_flight = max_in_flight or in_flight_prompts(
-            n=n, groups_per_batch=groups_per_batch, max_lag=max_lag,
-            concurrency=engine_concurrency(generator))
+            n=n, groups_per_batch=groups_per_batch, max_lag=max_lag)
         if self.max_in_flight <= 0:
             raise ValueError(f"max_in_flight must be > 0, got {self.max_in_flight}")
         for name, value in (("batch_wait_s", batch_wait_s), ("stall_s", stall_s)):
@@ -132,6 +114,8 @@ class PipelineRL:
         self._error: BaseException | None = None
         self._exhausted: BaseException | None = None
         self._clock = _IdleClock()
+        self._unfinished = _Counter()
+        """Rollouts admitted and not yet finished: what the in-flight cap counts."""
         self._trainer_wait_s = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -179,8 +163,9 @@ class PipelineRL:
 
     def _admit(self) -> None:
         with self._admit_lock:
-            while (self._exhausted is None and self._clock.in_flight + self._queued()
-                   < self.max_in_flight and self.buffer.admissible(self.generator.version)):
+            while (self._exhausted is None and self._unfinished.value + self._queued() * self.n
+                   < self.max_in_flight * self.n
+                   and self.buffer.admissible(self.generator.version)):
                 try:
                     sample = self.sampler()
                 except Exception as e:  # StopIteration, or the sampler's own error (loud later)
@@ -196,24 +181,39 @@ class PipelineRL:
         """One daemon thread per prompt (blocking in `generator.generate`; the engine runs them
         all concurrently). Daemon, so a stopped pipeline never holds the process open."""
         self._clock.begin()
+        self._unfinished.add(self.n)
         threading.Thread(target=self._generate, args=(seq, sample), daemon=True,
                          name=f"pipelinerl-gen-{seq}").start()
 
     def _generate(self, seq: int, sample: Sample) -> None:
+        left = [self.n]  # this prompt's rollouts not yet finished
         try:
-            self._generate_group(seq, sample)
+            self._generate_group(seq, sample, left)
         except BaseException as e:  # noqa: BLE001 - recorded, fails the trainer's take_batch
             self._fail(e)
         finally:
+            self._unfinished.add(-left[0])
             self._clock.end()
             self.buffer.notify()
 
-    def _generate_group(self, seq: int, sample: Sample) -> None:
+    def _generate_group(self, seq: int, sample: Sample, left: list[int]) -> None:
+        """The prompt's n rollouts; with a streaming generator each frees its place in the
+        in-flight cap as it finishes (a prompt's longest rollout does not hold its n places)."""
         if self._stop.is_set():
             return
-        rollouts = self.generator.generate(
-            [sample], n=self.n, budget=self.budget_for(sample), temperature=self.temperature,
-            seed=self.seed_fn(seq), priority=seq)  # older prompts first
+        kwargs = dict(n=self.n, budget=self.budget_for(sample), temperature=self.temperature,
+                      seed=self.seed_fn(seq), priority=seq)  # older prompts first
+        stream = getattr(self.generator, "stream", None)
+        if stream is None:
+            rollouts = self.generator.generate([sample], **kwargs)
+        else:
+            rollouts = []
+            for rollout in stream([sample], **kwargs):
+                rollouts.append(rollout)
+                left[0] -= 1
+                self._unfinished.add(-1)
+                self.buffer.notify()
+            rollouts.sort(key=lambda r: r.group)
         if len(rollouts) != self.n:
             raise RuntimeError(f"generator returned {len(rollouts)} rollouts for sample "
                                f"{sample.id!r} (seq {seq}), expected n={self.n}")
@@ -332,6 +332,18 @@ class _Progress:
 
     def quiet_s(self) -> float:
         return time.monotonic() - self._moved_at
+
+
+class _Counter:
+    """A thread-safe count."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value = 0
+
+    def add(self, k: int) -> None:
+        with self._lock:
+            self.value += k
 
 
 class _IdleClock:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from scalerl.rollout.pipeline import PipelineRL, engine_concurrency, in_flight_prompts
+from scalerl.rollout.pipeline import PipelineRL, in_flight_prompts
 from scalerl.trainer.filters import Group
 from scalerl.trainer.publish import FilesPublisher, Publisher
 from scalerl.trainer.sources import LazyWeights, SourceSettings, round_seed, skip_too_long
@@ -44,7 +44,7 @@ class PipelineSource:
             seed_fn=lambda seq: round_seed(s.seed, seq // b),
             max_in_flight=in_flight_prompts(
                 n=s.rollouts_per_prompt, groups_per_batch=b, max_lag=s.max_lag,
-                rollouts=s.max_in_flight, concurrency=engine_concurrency(generator)),
+                rollouts=s.max_in_flight),
             batch_wait_s=s.batch_wait_s, stall_s=s.stall_s)
         self.publisher = publisher or FilesPublisher(generator)
         self._started = False

@@ -202,7 +202,7 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
         engine.pop("kv_cache", None)
     kv_tokens = kv_gib * GIB / kv_bytes_per_token(shape, e.dtype, e.tensor_parallel_size)
     per_step = o.prompts_per_step * o.rollouts_per_prompt
-    in_flight = planned_in_flight(cfg, e, placement)
+    in_flight = planned_in_flight(cfg)
     speed = plan_speed(shape, e, gpu, world=world, local=local, placement=placement,
                        work=work, found=found, in_flight=in_flight, recipe=recipe)
     return DryRun(model=cfg.policy.model, shape=shape, gpus=gpus, gpu_bytes=gpu_bytes,
@@ -214,20 +214,17 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
                   engine_tp=e.tensor_parallel_size)
 
 
-def planned_in_flight(cfg: RunConfig, e, placement: Placement | None) -> int:
-    """Rollouts generating at once: PipelineRL's cap (rollout/pipeline.py `in_flight_prompts`,
-    from `offpolicy.max_in_flight` or the engines' `max_num_seqs`, in whole prompts), or
-    PPO-offpolicy-k's k batches."""
+def planned_in_flight(cfg: RunConfig) -> int:
+    """Rollouts generating at once: PipelineRL's cap (rollout/pipeline.py `in_flight_prompts`:
+    `offpolicy.max_in_flight` in whole prompts, by default the lag window), or PPO-offpolicy-k's
+    k batches."""
     from scalerl.rollout.pipeline import in_flight_prompts
 
     o = cfg.offpolicy
     if o.mode != "pipelinerl":
         return o.prompts_per_step * o.rollouts_per_prompt * o.k
-    engines = placement.engines if placement is not None else len(e.servers) or 1
-    concurrency = engines * e.max_num_seqs if e.max_num_seqs else None
     prompts = in_flight_prompts(n=o.rollouts_per_prompt, groups_per_batch=o.prompts_per_step,
-                                max_lag=o.max_lag, rollouts=o.max_in_flight,
-                                concurrency=concurrency)
+                                max_lag=o.max_lag, rollouts=o.max_in_flight)
     return prompts * o.rollouts_per_prompt
 
 

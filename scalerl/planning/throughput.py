@@ -33,7 +33,7 @@ sequences by default (`CompilationConfig.max_cudagraph_capture_size`); larger de
 eagerly."""
 IN_FLIGHT_WARN = 4.0
 """Warn when the rollouts in flight exceed this many times what the engines decode at once: the
-rest wait in vLLM's first-come queue, and a batch completes only after most of them."""
+rest wait in the engines' queues (oldest prompt first, by priority)."""
 IDLE_WARN = 0.5
 """Warn when the trainer would idle more than this share of the time."""
 
@@ -267,8 +267,9 @@ def warnings(speed: Throughput, in_flight: int, *, overlap: bool = True) -> list
     if in_flight > IN_FLIGHT_WARN * speed.concurrency:
         out.append(f"warning: {in_flight} rollouts in flight but the engines decode "
                    f"{speed.concurrency} at once ({in_flight / speed.concurrency:.1f}x, over "
-                   f"{IN_FLIGHT_WARN:g}x): the rest wait in vLLM's first-come queue and a batch "
-                   "completes only after most of them")
+                   f"{IN_FLIGHT_WARN:g}x): the rest wait in the engines' queues, oldest prompt "
+                   "first; offpolicy.max_in_flight caps them (on CPU a cap near the engines' "
+                   "concurrency slowed PipelineRL: docs/gpu.md)")
     if speed.trainer_idle > IDLE_WARN:
         fix = ("give generation more GPUs" if overlap else "PPO-offpolicy generates and trains "
                "in turn; offpolicy.mode=pipelinerl overlaps them")

@@ -75,10 +75,7 @@ def test_the_scalerl_recipe_for_qwen3_8b_fits_eight_80gb_gpus(tmp_path):
     kv = 0.9 * 80 * GIB - 2 * QWEN3_8B_PARAMS - 3 * GIB
     assert plan["engine"]["kv_cache"] == int(kv)
     assert plan["kv_sequences"] == pytest.approx(int(kv) / GIB * GIB / 147456 / 16384)
-    # PipelineRL's cap: 2 x the 5 engines' 95 sequences = 950 rollouts, in whole prompts of 16
-    # (60), within one batch (48) and the lag window (48 x 9 = 432 prompts): no queue warning
-    assert plan["rollouts_per_step"] == 48 * 16 and plan["in_flight"] == 60 * 16
-    assert not any("in flight" in w for w in plan["speed"]["warnings"])
+    assert plan["rollouts_per_step"] == 48 * 16 and plan["in_flight"] == 48 * 16 * 9
     speed = plan["speed"]
     assert speed["gpu"] == "H100-SXM" and speed["engine"]["engines"] == 5
     assert speed["engine"]["max_num_seqs"] == int(kv) // 147456 // 4096 == 95
@@ -105,8 +102,7 @@ def test_the_scalerl_recipe_for_qwen3_8b_fits_eight_80gb_gpus(tmp_path):
 
 def test_the_printed_plan_and_its_warning_for_rollouts_queued_past_the_engines(tmp_path):
     code, out, err, _ = dry_run(write_config(tmp_path, QWEN3_8B), "--gpus", "8", "--gpu-gib",
-                                "80", "--completion-tokens", "4000",
-                                "--set", "offpolicy.max_in_flight=6912")
+                                "80", "--completion-tokens", "4000")
     assert code == 0, err
     assert "throughput on H100-SXM" in out and "mean prompt 512 + completion 4000 tokens" in out
     # a 512 + 2,000-token mean context: 391,348 // 2,512 = 155 sequences per engine, each
@@ -114,7 +110,8 @@ def test_the_printed_plan_and_its_warning_for_rollouts_queued_past_the_engines(t
     assert "engines: 4 x TP 1, KV cache 53.7 GiB per GPU, max_num_seqs 155" in out
     assert "  * 4:4  trainer rank" in out and "1:7  trainer rank" in out
     assert "rollouts per hour; 7400 steps in" in out and "days" in out
-    # the whole lag window asked for (48 x 16 x (8 + 1) = 6,912) against what 4 engines decode
+    # the default, the whole lag window (48 x 16 x (8 + 1) = 6,912), against what 4 engines
+    # decode
     assert "warning: 6912 rollouts in flight but the engines decode" in out
     assert "launch: torchrun --nproc_per_node" in out
     code, _, err, _ = dry_run(write_config(tmp_path, QWEN3_8B), "--gpus", "8", "--gpu-gib",
@@ -228,3 +225,16 @@ def test_a_model_whose_config_cannot_be_found_is_one_line_naming_it(tmp_path):
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "policy.model = 'nobody/no-such-model'" in lines[0]
+
+
+def test_the_planned_rollouts_in_flight_are_the_pipelines_cap_in_whole_prompts():
+    from scalerl.config import load_config
+    from scalerl.planning.dry_run import planned_in_flight
+
+    def planned(*sets: str) -> int:
+        return planned_in_flight(load_config("scalerl", list(sets)))
+
+    assert planned() == 48 * 16 * 9  # the lag window (prompts x n x (max_lag + 1))
+    assert planned("offpolicy.max_in_flight=950") == 60 * 16  # ceil(950 / 16) prompts
+    assert planned("offpolicy.max_in_flight=10000") == 48 * 16 * 9  # never past the window
+    assert planned("offpolicy.mode=ppo", "offpolicy.k=2") == 48 * 16 * 2  # k batches
