@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from scalerl.envs.base import Score
+from scalerl.envs.environment import Turn
 
 FinishReason = Literal["stop", "interrupted", "truncated", "prompt_too_long"]
 FINISH_REASONS: tuple[str, ...] = ("stop", "interrupted", "truncated", "prompt_too_long")
@@ -101,6 +102,12 @@ class Rollout:
     timings: dict[str, float] = field(default_factory=dict)
     """gen_s (generation wall time), score_s (verifier latency), queue_s, ..."""
     meta: dict[str, Any] = field(default_factory=dict)
+    turns: tuple[Turn, ...] = ()
+    """A multi-turn rollout's turns in order (envs/environment.py `Turn`: role, text, token
+    range in `token_ids`, trained or not); empty for a single-turn rollout."""
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    """Each tool call of a multi-turn rollout: {"turn", "name", "code", "status", "output",
+    "latency_s", "truncated"} (`turn`: the index in `turns` of the assistant turn that made it)."""
 
     @property
     def min_version(self) -> int:
@@ -123,4 +130,5 @@ class Rollout:
             "status": self.score.status, "detail": self.score.detail,
             "score_latency_s": self.score.latency_s,
             "timings": self.timings,
-        }
+        } | ({"turns": [t.to_dict() for t in self.turns], "tool_calls": list(self.tool_calls)}
+             if self.turns else {})
