@@ -98,6 +98,11 @@ class EngineConfig:
     lowest priority first. None: 2 x max_num_seqs (a full batch running and one waiting on the
     server), 2 x 1024 when max_num_seqs is null (vLLM 0.32's default for an API server on an
     H100/H200: vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults)."""
+    log_stats: bool = False
+    """vLLM's own statistics: its periodic throughput log lines and, on a server, the Prometheus
+    gauges at `/metrics` (`vllm:num_requests_running`, `vllm:num_requests_waiting`,
+    `vllm:kv_cache_usage_perc`, ...) that a cluster's monitoring scrapes. Off by default (a
+    little CPU per engine step)."""
     server_wait_s: float = 300.0
     """How long generation waits for a usable server when none is left before giving up (a
     training run then writes a checkpoint and stops; `--resume` continues)."""
@@ -122,7 +127,7 @@ class EngineConfig:
             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.batched_tokens,
             tensor_parallel_size=self.tensor_parallel_size, logprobs_mode="processed_logprobs",
             hf_overrides={"head_dtype": "float32"} if fp32_head else {},
-            disable_log_stats=True,
+            disable_log_stats=not self.log_stats,
             # An older prompt's requests and a rollout's continuation first (their priorities:
             # rollout/base_generator.py); vLLM 0.32 SchedulerConfig.policy, default "fcfs".
             scheduling_policy="priority",

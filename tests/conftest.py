@@ -3,13 +3,13 @@ by every slow test.
 
 `tiny_model_path` builds (or finds cached) the tiny model; `engine` starts one `EngineGenerator`
 on it for the whole session (vLLM start-up is ~20-60 s on 2 cores), scoring with the tasks the
-tests generate for (arith and its levels, synth_code). Tests that change the engine's
-weights must put the original ones back (see tests/rollout/test_engine.py); its `version` may
-therefore be above 0 when a test starts. `vllm_servers` starts two real servers with `scalerl
-serve` (~70-120 s on 2 cores, ~2.7 GiB each); the tests that use them run last in the session
-(so the servers live only meanwhile), the one marked `kills_server` after all the others, and
-the servers are stopped, with a check that no process of theirs is left, when the session ends.
-All these fixtures are for tests marked `slow`.
+tests generate for (arith and its levels, synth_code). Tests that change the engine's weights must
+put the original ones back (see tests/rollout/test_engine.py); its `version` may therefore be
+above 0 when a test starts. `vllm_servers` starts two real servers with `scalerl serve
+--log-stats` (~70-120 s on 2 cores, ~2.7 GiB each; vLLM's gauges at /metrics on); the tests that
+use them run last in the session (so the servers live only meanwhile), the one marked
+`kills_server` after all the others, and the servers are stopped, with a check that no process of
+theirs is left, when the session ends. All these fixtures are for tests marked `slow`.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def pytest_collection_modifyitems(config, items):
 def vllm_servers(tiny_model_path, tmp_path_factory):
     from serverset import ServerSet
 
-    servers = ServerSet(tiny_model_path, 2, tmp_path_factory.mktemp("servers"))
+    servers = ServerSet(tiny_model_path, 2, tmp_path_factory.mktemp("servers"), "--log-stats")
     try:
         servers.start_all()
         yield servers

@@ -49,6 +49,9 @@ def add_engine_args(parser: argparse.ArgumentParser, *, servers: bool = True) ->
                    help="longest prompt + completion in tokens; default the model's context "
                    f"length (at most {MAX_DEFAULT_LEN})")
     g.add_argument("--max-num-seqs", type=int, help="most sequences scheduled at once (256)")
+    g.add_argument("--log-stats", action=argparse.BooleanOptionalAction, default=None,
+                   help="vLLM's own statistics: throughput log lines and, on a server, the "
+                   "Prometheus gauges at /metrics (default off)")
 
 
 def add_grading_args(parser: argparse.ArgumentParser) -> None:
@@ -117,7 +120,7 @@ def engine_config(args: argparse.Namespace, model: str,
         base = EngineConfig(max_model_len=own or EngineConfig().max_model_len)
     flags = {"dtype": args.dtype, "kv_cache_gib": args.kv_cache_gib,
              "memory_fraction": args.memory_fraction, "max_model_len": args.max_model_len,
-             "max_num_seqs": args.max_num_seqs}
+             "max_num_seqs": args.max_num_seqs, "log_stats": getattr(args, "log_stats", None)}
     if getattr(args, "server", None):  # commands without --server leave the base's servers
         flags["servers"] = tuple(args.server)
     changes = {k: v for k, v in flags.items() if v is not None}

@@ -32,7 +32,8 @@ def parsed_engine_args(argv: list[str]):
     (EngineConfig(), False),
     (EngineConfig(dtype="bfloat16", max_model_len=4096, max_num_seqs=32, seed=7,
                   enforce_eager=True, enable_prefix_caching=False, chunked_prefill=True,
-                  kv_cache_gib=3.0, memory_fraction=0.8, weight_transfer="nccl"), True),
+                  kv_cache_gib=3.0, memory_fraction=0.8, weight_transfer="nccl", log_stats=True),
+     True),
 ])
 def test_the_server_starts_with_the_in_process_engine_arguments(config, gpu):
     command = server_command(config, "/models/m", host="0.0.0.0", port=8123, gpu=gpu)
@@ -61,6 +62,18 @@ def test_serve_prints_a_plain_command_line(capsys, tmp_path):
     _, engine = parsed_engine_args(words[start + 3:])
     assert (engine.model, engine.max_model_len, engine.dtype) == (str(tmp_path), 512, "bfloat16")
     assert engine.hf_overrides == {"head_dtype": "float32"}
+
+
+@pytest.mark.parametrize("flag,disabled", [((), True), (("--log-stats",), False)])
+def test_serve_leaves_vllm_stats_off_unless_asked(capsys, tmp_path, flag, disabled):
+    """vLLM's stats (its /metrics gauges) are off by default and on with --log-stats, as vLLM's
+    own parser reads the printed command."""
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 2048}')
+    assert main(["serve", "--model", str(tmp_path), "--device", "cpu", *flag,
+                 "--print-command"]) == 0
+    words = shlex.split(capsys.readouterr().out)
+    _, engine = parsed_engine_args(words[words.index("python") + 3:])
+    assert engine.disable_log_stats is disabled
 
 
 def test_serve_refuses_a_bad_port_in_one_line(capsys, tmp_path):
