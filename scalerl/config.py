@@ -159,7 +159,8 @@ RESUMABLE: tuple[str, ...] = ("steps", "val", "checkpoint", "log", "sandbox", "v
                               "engine.weight_timeout_s", "engine.start_timeout_s",
                               "engine.server_timeout_s",
                               "engine.server_request_timeout_s", "engine.server_wait_s",
-                              "engine.server_max_requests", "offpolicy.max_in_flight",
+                              "engine.server_max_requests", "engine.log_stats",
+                              "offpolicy.max_in_flight",
                               "offpolicy.batch_wait_s", "offpolicy.stall_s")
 """Settings (and sections) a `--set` may change when a run is resumed: how long it runs, what is
 validated, logged and kept, where code is checked, when verifier errors stop it, how long it
