@@ -2,8 +2,10 @@
 
 `sft(model, examples, config, pad_id=...)` trains any Hugging Face causal LM in place on
 (prompt ids, completion ids) pairs and returns the loss curve. Prompt tokens and padding are masked
-out of the loss. Used by the tiny model's warm start (`scalerl.tiny`) and reusable for any warm
-start. It does not tokenize, save checkpoints or evaluate; the caller does.
+out of the loss, and so are completion tokens an example marks untrained (`completion_mask`: a
+tool's output inside a multi-turn trace, which the model reads but never writes, as in RL). Used
+by the tiny model's warm start (`scalerl.tiny`) and reusable for any warm start. It does not
+tokenize, save checkpoints or evaluate; the caller does.
 """
 
 from __future__ import annotations
@@ -24,6 +26,21 @@ class SFTExample:
     prompt_ids: tuple[int, ...]
     completion_ids: tuple[int, ...]
     """Completion tokens (EOS included by the caller when the model should learn to stop)."""
+    completion_mask: tuple[bool, ...] | None = None
+    """Per completion token: in the loss or not (None: all are). Environment tokens of a
+    multi-turn trace (a tool's output) are False: context the model reads, never a target."""
+
+    def __post_init__(self) -> None:
+        mask = self.completion_mask
+        if mask is not None and len(mask) != len(self.completion_ids):
+            raise ValueError(f"SFTExample.completion_mask has {len(mask)} entries for "
+                             f"{len(self.completion_ids)} completion tokens; they must match")
+
+    def trained(self) -> tuple[bool, ...]:
+        """The completion tokens' loss mask (all True when `completion_mask` is None)."""
+        if self.completion_mask is None:
+            return (True,) * len(self.completion_ids)
+        return self.completion_mask
 
 
 @dataclass(frozen=True)
@@ -66,7 +83,8 @@ class SFTResult:
 def collate(
     examples: Sequence[SFTExample], pad_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded (input_ids, attention_mask, completion_mask), each (B, T)."""
+    """Right-padded (input_ids, attention_mask, completion_mask), each (B, T); completion_mask is
+    set on the completion tokens each example trains on."""
     seqs = [list(e.prompt_ids) + list(e.completion_ids) for e in examples]
     width = max(len(s) for s in seqs)
     input_ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
@@ -75,7 +93,7 @@ def collate(
     for i, (e, s) in enumerate(zip(examples, seqs, strict=True)):
         input_ids[i, : len(s)] = torch.tensor(s)
         attention_mask[i, : len(s)] = 1
-        completion_mask[i, len(e.prompt_ids) : len(s)] = True
+        completion_mask[i, len(e.prompt_ids) : len(s)] = torch.tensor(e.trained())
     return input_ids, attention_mask, completion_mask
 
 

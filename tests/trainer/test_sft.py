@@ -87,3 +87,27 @@ def test_sft_rejects_empty_data_and_bad_config():
         sft(_tiny_lm(), [], SFTConfig(steps=1), pad_id=0)
     with pytest.raises(ValueError, match="batch_size"):
         SFTConfig(batch_size=0)
+
+
+def test_collate_masks_the_completion_tokens_an_example_marks_untrained():
+    # completion (7, 8, 9, 1): 8 and 9 are a tool's output (read, not written): out of the loss
+    ex = SFTExample((5,), (7, 8, 9, 1), completion_mask=(True, False, False, True))
+    ids, _, comp = collate([ex, SFTExample((5, 6), (7,))], pad_id=0)
+    assert ids.tolist() == [[5, 7, 8, 9, 1], [5, 6, 7, 0, 0]]
+    assert comp.tolist() == [[False, True, False, False, True],
+                             [False, False, True, False, False]]
+
+
+def test_masked_tokens_carry_no_loss():
+    # vocab 2: targets ids[1..3] = 1, 0, 1; the middle one is masked, so logits that get it
+    # wrong cost nothing: loss = mean of -log p over the two trained targets only.
+    logits = torch.tensor([[[0.0, math.log(3.0)], [100.0, -100.0], [0.0, 0.0], [0.0, 0.0]]])
+    ex = SFTExample((0,), (1, 0, 1), completion_mask=(True, False, True))
+    ids, _, comp = collate([ex], pad_id=0)
+    expected = (-math.log(0.75) - math.log(0.5)) / 2
+    assert completion_loss(logits, ids, comp).item() == pytest.approx(expected)
+
+
+def test_completion_mask_length_must_match():
+    with pytest.raises(ValueError, match="3 entries for 2 completion tokens"):
+        SFTExample((1,), (2, 3), completion_mask=(True, True, False))
