@@ -53,6 +53,11 @@ class Record:
     answer_tokens: int | None = None
     interrupted: bool | None = None
     """Thinking was cut at its budget (None: not recorded, e.g. rows of another tool)."""
+    turns: int | None = None
+    """Assistant turns of a multi-turn rollout (None: a single-turn rollout)."""
+    tool_calls: int | None = None
+    tool_errors: int | None = None
+    """Tool calls whose status was not `ok` (raised or timed out)."""
 
     @property
     def correct(self) -> bool:
@@ -61,7 +66,22 @@ class Record:
 
 def record_from_rollout(r: Rollout) -> Record:
     return Record(r.task, r.sample_id, r.score.status, r.finish_reason, len(r.token_ids),
-                  r.thinking_tokens, r.answer_tokens, r.interrupted)
+                  r.thinking_tokens, r.answer_tokens, r.interrupted,
+                  *_turn_counts([t.to_dict() for t in r.turns] or None, list(r.tool_calls)))
+
+
+def _turn_counts(turns: Any, calls: Any) -> tuple[int | None, int | None, int | None]:
+    """(assistant turns, tool calls, failed tool calls) of a multi-turn rollout's `turns` and
+    `tool_calls` (as `Rollout.to_row` writes them); Nones for a single-turn one (no turns)."""
+    if turns is None:
+        return None, None, None
+    if not isinstance(turns, list) or not all(isinstance(t, Mapping) for t in turns):
+        raise RowError("field 'turns' must be a list of objects (role, text, start, end)")
+    calls = calls or []
+    if not isinstance(calls, list) or not all(isinstance(c, Mapping) for c in calls):
+        raise RowError("field 'tool_calls' must be a list of objects (name, code, status, ...)")
+    return (sum(t.get("role") == "assistant" for t in turns), len(calls),
+            sum(c.get("status") != "ok" for c in calls))
 
 
 def _opt_int(row: Mapping[str, Any], key: str) -> int | None:
@@ -98,7 +118,8 @@ def record_from_row(row: Mapping[str, Any]) -> Record:
         raise RowError(f"field 'interrupted' must be true or false, got {interrupted!r}")
     return Record(task, str(sample_id), status, finish,
                   len(token_ids) if token_ids is not None else None,
-                  _opt_int(row, "thinking_tokens"), _opt_int(row, "answer_tokens"), interrupted)
+                  _opt_int(row, "thinking_tokens"), _opt_int(row, "answer_tokens"), interrupted,
+                  *_turn_counts(row.get("turns"), row.get("tool_calls")))
 
 
 def to_records(items: Iterable[Rollout | Mapping[str, Any] | Record]) -> list[Record]:
@@ -139,6 +160,12 @@ class TaskResult:
     """Rollouts that ran out of a token budget (None: finish reasons not recorded)."""
     interrupted: int | None = None
     """Rollouts whose thinking was cut at its budget (forced interruption)."""
+    turns_mean: float | None = None
+    """Mean assistant turns per rollout (a single-turn rollout counts 1); None when no rollout
+    is multi-turn (tools and feedback off)."""
+    tool_calls_mean: float | None = None
+    tool_error_frac: float | None = None
+    """Tool calls that raised or timed out, over all tool calls (None: no tool call)."""
 
     @property
     def mean_key(self) -> str:
@@ -155,6 +182,9 @@ class TaskResult:
                  truncated=self.truncated, interrupted=self.interrupted,
                  mean_length=self.mean_length, mean_thinking_tokens=self.mean_thinking_tokens,
                  mean_answer_tokens=self.mean_answer_tokens)
+        if self.turns_mean is not None:
+            d.update(turns_mean=self.turns_mean, tool_calls_mean=self.tool_calls_mean,
+                     tool_error_frac=self.tool_error_frac)
         if self.notes:
             d["notes"] = list(self.notes)
         return d
@@ -163,7 +193,9 @@ class TaskResult:
         """Flat numeric metrics under `prefix` (None values left out)."""
         keys = [f"pass@{k}" for k in self.pass_at] + [self.mean_key, "truncated_frac",
                                                        "interrupted_frac", "error_frac",
-                                                       "timeout_frac", "mean_length"]
+                                                       "timeout_frac", "mean_length",
+                                                       "turns_mean", "tool_calls_mean",
+                                                       "tool_error_frac"]
         d = self.to_dict()
         return {f"{prefix}/{k}": float(d[k]) for k in keys if d.get(k) is not None}
 
@@ -237,7 +269,19 @@ def summarize(name: str, records: Sequence[Record], ks: Sequence[int]) -> TaskRe
         mean_thinking_tokens=_mean_or_none([r.thinking_tokens for r in records]),
         mean_answer_tokens=_mean_or_none([r.answer_tokens for r in records]),
         notes=tuple(notes), truncated=_count(records, truncated_frac),
-        interrupted=_count(records, interrupted_frac))
+        interrupted=_count(records, interrupted_frac), **_turn_figures(records))
+
+
+def _turn_figures(records: Sequence[Record]) -> dict[str, float | None]:
+    """Mean turns and tool calls per rollout and the failed calls' share, when any rollout is
+    multi-turn (a single-turn rollout among them: 1 turn, no call)."""
+    if all(r.turns is None for r in records):
+        return {}
+    calls = sum(r.tool_calls or 0 for r in records)
+    return {"turns_mean": float(np.mean([r.turns or 1 for r in records])),
+            "tool_calls_mean": calls / len(records),
+            "tool_error_frac": (sum(r.tool_errors or 0 for r in records) / calls
+                                if calls else None)}
 
 
 def _count(records: Sequence[Record], frac: float | None) -> int | None:

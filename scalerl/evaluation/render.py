@@ -38,18 +38,26 @@ def _pass1(d: dict[str, Any]) -> str:
     return f"{mean:.3f} ± {se:.3f}" if se is not None else f"{mean:.3f}"
 
 
+TURN_COLUMNS = {"turns_mean": "turns", "tool_calls_mean": "tool calls",
+                "tool_error_frac": "tool errors"}
+"""Multi-turn figures (rollout/heldout.py), shown only when some task in the table has them."""
+
+
 def task_table(report: dict[str, Any], ks: Sequence[int]) -> list[str]:
     """Markdown rows: one per task and one overall."""
     cols = [f"pass@{k}" for k in ks if k != 1]
+    rows = [*report["tasks"].items(), ("**overall**", report["overall"])]
+    turns = [c for c in TURN_COLUMNS if any(d.get(c) is not None for _, d in rows)]
     head = ["task", "samples", "n", "pass@1 ± s.e.", *cols, "truncated", "interrupted", "error",
-            "timeout", "mean length"]
+            "timeout", "mean length", *[TURN_COLUMNS[c] for c in turns]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, d in [*report["tasks"].items(), ("**overall**", report["overall"])]:
+    for name, d in rows:
         cells = [name, _fmt(d["samples"]), _fmt(d["n"]), _pass1(d),
                  *[_fmt(d.get(c)) for c in cols],
                  _with_count(d["truncated_frac"], d.get("truncated")),
                  _with_count(d["interrupted_frac"], d.get("interrupted")),
-                 _fmt(d.get("error_frac")), _fmt(d.get("timeout_frac")), _fmt(d["mean_length"])]
+                 _fmt(d.get("error_frac")), _fmt(d.get("timeout_frac")), _fmt(d["mean_length"]),
+                 *[_fmt(d.get(c)) for c in turns]]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

@@ -117,3 +117,55 @@ def test_unequal_rollout_counts_use_the_fewest_for_pass_at_k():
 def test_malformed_rows_name_the_problem(row, message):
     with pytest.raises(RowError, match=message):
         record_from_row(row)
+
+
+def multi_turn(sample_id: str, group: int, assistant_turns: int, call_statuses: tuple[str, ...]):
+    """A rollout of `assistant_turns` assistant turns with a tool turn between each two, and
+    one tool call of each status in `call_statuses`."""
+    from dataclasses import replace
+
+    from scalerl.envs.environment import Turn
+
+    base = rollout("tools", sample_id, group, "correct")
+    turns, at = [], 0
+    for i in range(assistant_turns):
+        if i:
+            turns.append(Turn("tool", "out", at, at + 1, False))
+            at += 1
+        turns.append(Turn("assistant", "x", at, at + 1, True))
+        at += 1
+    calls = tuple({"turn": 0, "name": "python", "code": "1", "status": s, "output": "",
+                   "latency_s": 0.1, "truncated": False} for s in call_statuses)
+    return replace(base, turns=tuple(turns), tool_calls=calls)
+
+
+def test_multi_turn_figures_by_hand_from_rollouts_and_rows():
+    rollouts = [multi_turn("a", 0, 2, ("ok",)), multi_turn("a", 1, 3, ("ok", "error")),
+                rollout("tools", "a", 2, "wrong")]  # a single-turn rollout among them
+    for items in (rollouts, [json.loads(json.dumps(r.to_row())) for r in rollouts]):
+        d = aggregate(items).to_dict()["tasks"]["tools"]
+        assert d["turns_mean"] == pytest.approx((2 + 3 + 1) / 3)
+        assert d["tool_calls_mean"] == pytest.approx(3 / 3)
+        assert d["tool_error_frac"] == pytest.approx(1 / 3)
+    metrics = aggregate(rollouts).metrics()
+    assert metrics["val/tools/turns_mean"] == pytest.approx(2.0)
+    single = aggregate([rollout("plain", "a", 0, "correct")]).to_dict()["tasks"]["plain"]
+    assert "turns_mean" not in single  # tools off: no multi-turn figure at all
+
+
+def test_the_results_table_shows_turn_columns_only_for_multi_turn_reports():
+    from scalerl.evaluation.render import task_table
+
+    plain = task_table(aggregate([rollout("plain", "a", 0, "correct")]).to_dict(), (1,))
+    tools = task_table(aggregate([multi_turn("a", 0, 2, ("timeout",))]).to_dict(), (1,))
+    assert "tool calls" not in plain[0]
+    assert tools[0].split(" | ")[-3:] == ["turns", "tool calls", "tool errors |"]
+    assert tools[2].split(" | ")[-3:] == ["2.000", "1.000", "1.000 |"]
+
+
+@pytest.mark.parametrize("turns, calls", [("x", None), ([1], None), ([], "y")])
+def test_malformed_turns_are_named(turns, calls):
+    row = {"task": "t", "sample_id": "a", "status": "correct", "turns": turns,
+           "tool_calls": calls}
+    with pytest.raises(RowError, match="turns|tool_calls"):
+        record_from_row(row)
