@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from scalerl.envs.base import Sample, Score, truncate
+from scalerl.envs.environment import Environment
 from scalerl.envs.grading import DEFAULT_GRADING, Grading
 from scalerl.envs.kinds import lookup_kind
 from scalerl.envs.rows import Skipped
@@ -54,6 +55,9 @@ class Task:
     skipped: Skipped | None = None
     """Rows left out as unusable when the data was loaded (envs/rows.py); None: not loaded,
     or the task reads no rows."""
+    environment: Environment | None = None
+    """The multi-turn environment that answers each assistant turn (a tool's output, test
+    feedback; envs/environment.py); None: single-turn. The verdict is still `judge`'s."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
