@@ -17,10 +17,12 @@ from importlib import metadata
 import scalerl.envs.kinds as kind_registry
 import scalerl.envs.registry as registry
 from scalerl.envs import bench as _bench  # noqa: F401 - the field's benchmarks and training sets
+from scalerl.envs.code import feedback as _feedback  # noqa: F401 - tests_feedback
 from scalerl.envs.code import tasks as _code_tasks  # noqa: F401 - humaneval, synth_code
 from scalerl.envs.code import verifier as _code_kind  # noqa: F401 - the `code` kind
 from scalerl.envs.kinds import Kind
 from scalerl.envs.math import arith as _arith  # noqa: F401 - arith, arith:<levels>
+from scalerl.envs.math import arith_tool as _arith_tool  # noqa: F401 - arith_tool, arith_tool:<levels>
 from scalerl.envs.math import reasoning_gym as _reasoning_gym  # noqa: F401 - rg:<dataset>
 from scalerl.envs.math import verifier as _math_kind  # noqa: F401 - the `math` kind
 from scalerl.envs.spec import register_task_file
