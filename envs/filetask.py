@@ -6,7 +6,8 @@ or gold is skipped and counted, up to `max_bad_fraction` of a file (envs/rows.py
 deduplicated on prompt and gold together and split by a hash of the normalised prompt alone (a
 prompt with two golds is two samples in one split); an explicit held-out file overrides the
 hash split for `test` and its prompts are removed from train. Scoring is the kind's verifier
-(the Task default). Nothing here parses answers or runs code; the built-in kinds are imported
+(the Task default); a spec's `tools`/`feedback` keys arrive as the built `environment`
+(envs/spec.py makes it). Nothing here parses answers or runs code; the built-in kinds are imported
 so `FileTask(name, "math", ...)` works without the catalog.
 """
 
@@ -26,6 +27,7 @@ from scalerl.envs.data import (
     load_rows,
     prompt_key,
 )
+from scalerl.envs.environment import Environment
 from scalerl.envs.kinds import GoldReader, lookup_kind
 from scalerl.envs.math import verifier as _math_kind  # noqa: F401 - registers the `math` kind
 from scalerl.envs.rows import (
@@ -62,6 +64,7 @@ class FileTask(Task):
         requires_thinking: bool = False,
         options: Mapping[str, Any] | None = None,
         max_bad_fraction: float = MAX_BAD_FRACTION,
+        environment: Environment | None = None,
     ) -> None:
         check_fractions(test_fraction, val_fraction)
         self.max_bad_fraction = check_fraction(max_bad_fraction)
@@ -76,6 +79,7 @@ class FileTask(Task):
         self._system_prompt = system_prompt
         self.requires_thinking = requires_thinking
         self.options = dict(options or {})
+        self.environment = environment
         self.splits = ("train", "val", "test") if val_fraction > 0 else ("train", "test")
         self.source = self.data + (f" (held out: {self.test_data})" if self.test_data else "")
         self.duplicates = 0
@@ -90,7 +94,8 @@ class FileTask(Task):
                         fields=self.fields, test_fraction=self.test_fraction,
                         val_fraction=self.val_fraction, seed=self.seed,
                         system_prompt=self._system_prompt, requires_thinking=self.requires_thinking,
-                        options=self.options, max_bad_fraction=self.max_bad_fraction)
+                        options=self.options, max_bad_fraction=self.max_bad_fraction,
+                        environment=self.environment)
 
     @property
     def system_prompt(self) -> str | None:  # type: ignore[override]

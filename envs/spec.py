@@ -1,8 +1,10 @@
 """Task files: YAML/JSON task specs (file-backed tasks, no Python) and `.py` files of tasks.
 
 A spec holds one task, a list, or `{"tasks": [...]}`; each names a kind, a data file (relative to
-the spec), optional field names, held-out file, system prompt, scoring options and the share of
-unusable rows tolerated (`max_bad_fraction`). Validation is
+the spec), optional field names, held-out file, system prompt, scoring options, the share of
+unusable rows tolerated (`max_bad_fraction`) and, for a multi-turn task, its environment
+(`tools: [python]` or `feedback: tests`, with `max_turns` and `max_observation_chars`, looked up
+by name in the environment registry). Validation is
 eager and fails in one line naming the file and key; data is read when a task is first used.
 A `.py` task file is imported so its `@register_task` decorators run. A spec's kind must be
 registered already: the catalog (envs/catalog.py) loads plugins before `$SCALERL_TASKS` files.
@@ -10,6 +12,7 @@ registered already: the catalog (envs/catalog.py) loads plugins before `$SCALERL
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import sys
@@ -20,6 +23,7 @@ from typing import Any
 import yaml
 
 from scalerl.envs.data import check_fractions, is_hub_id
+from scalerl.envs.environment import Environment, environment_factory
 from scalerl.envs.filetask import FileTask
 from scalerl.envs.kinds import lookup_kind
 from scalerl.envs.registry import add_task, task_names
@@ -29,6 +33,7 @@ REQUIRED_KEYS: tuple[str, ...] = ("name", "kind", "data")
 OPTIONAL_KEYS: tuple[str, ...] = (
     "test_data", "fields", "test_fraction", "val_fraction", "seed", "system_prompt",
     "requires_thinking", "options", "description", "max_bad_fraction",
+    "tools", "feedback", "max_turns", "max_observation_chars",
 )
 KEY_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "test_data": (str, "a path or hub id"), "fields": (Mapping, "a mapping"),
@@ -37,7 +42,16 @@ KEY_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "requires_thinking": (bool, "true or false"), "options": (Mapping, "a mapping"),
     "description": (str, "a string"),
     "max_bad_fraction": ((int, float), "a number in [0, 1]"),
+    "tools": (list, "a list of tool names (python)"), "feedback": (str, "tests"),
+    "max_turns": (int, "an integer >= 1"),
+    "max_observation_chars": (int, "an integer (characters)"),
 }
+TOOL_ENVIRONMENTS: dict[str, str] = {"python": "python"}
+"""`tools:` value -> the registered environment (envs/environment.py) that gives the task it."""
+FEEDBACK_ENVIRONMENTS: dict[str, str] = {"tests": "tests_feedback"}
+"""`feedback:` value -> the registered environment (envs/code/feedback.py for `tests`)."""
+ENVIRONMENT_KEYS: tuple[str, ...] = ("tools", "feedback", "max_turns", "max_observation_chars")
+"""The keys that make a spec's task multi-turn; the last two are the environment's limits."""
 _FROM_SPEC: dict[str, Path] = {}  # task name -> spec file that registered it
 _IMPORTED: dict[Path, list[str]] = {}  # python task file -> the task names it registered
 
@@ -84,6 +98,7 @@ def _validate(path: Path, i: int, entry: Any) -> dict[str, Any]:
         lookup_kind(entry["kind"])
         check_fractions(entry.get("test_fraction", 0.1), entry.get("val_fraction", 0.0))
         check_fraction(entry.get("max_bad_fraction", MAX_BAD_FRACTION))
+        environment_from_spec(entry)  # built once here so a bad value fails at registration
     except (KeyError, ValueError, TypeError) as exc:
         raise SpecError(f"{where}: {_short(exc)}") from exc
     out = dict(entry)
@@ -100,9 +115,51 @@ def _resolve(spec_path: Path, data: str) -> str:
     return str(local) if local.exists() or not is_hub_id(data) else data
 
 
+def environment_from_spec(entry: Mapping[str, Any]) -> Environment | None:
+    """The environment a spec entry's `tools` / `feedback` keys ask for, with its `max_turns` and
+    `max_observation_chars`; None for a single-turn task. ValueError naming the key and what is
+    valid (KeyError for an environment not registered)."""
+    tools, feedback = entry.get("tools"), entry.get("feedback")
+    limits = {k: entry[k] for k in ("max_turns", "max_observation_chars") if k in entry}
+    if tools is None and feedback is None:
+        if limits:
+            verb = "need" if len(limits) > 1 else "needs"
+            raise ValueError(f"{' and '.join(map(repr, limits))} {verb} tools: [python] or "
+                             f"feedback: tests (a multi-turn task)")
+        return None
+    if tools is not None and feedback is not None:
+        raise ValueError("'tools' and 'feedback' cannot both be set: a task has one environment")
+    if tools is not None:
+        if len(tools) != 1 or tools[0] not in TOOL_ENVIRONMENTS:
+            raise ValueError(f"'tools' must be a list of one tool, one of "
+                             f"{', '.join(TOOL_ENVIRONMENTS)}; got {tools!r:.60}")
+        name = TOOL_ENVIRONMENTS[tools[0]]
+    else:
+        if feedback not in FEEDBACK_ENVIRONMENTS:
+            raise ValueError(f"'feedback' must be one of {', '.join(FEEDBACK_ENVIRONMENTS)}; "
+                             f"got {feedback!r:.60}")
+        if entry.get("kind") != "code":
+            raise ValueError(f"'feedback: {feedback}' needs kind 'code' (its public tests run "
+                             f"after each answer); kind is {entry.get('kind')!r}")
+        name = FEEDBACK_ENVIRONMENTS[feedback]
+    _load_builtin_environments()
+    return environment_factory(name)(**limits)
+
+
+def _load_builtin_environments() -> None:
+    """Import the modules that register the built-in environments (python; tests_feedback from
+    envs/code/feedback.py once that module exists)."""
+    from scalerl.envs import python_env  # noqa: F401 - registers `python`
+
+    if importlib.util.find_spec("scalerl.envs.code.feedback") is not None:
+        importlib.import_module("scalerl.envs.code.feedback")  # registers `tests_feedback`
+
+
 def task_from_entry(entry: Mapping[str, Any]) -> FileTask:
-    kw = {k: entry[k] for k in OPTIONAL_KEYS if k in entry and k != "description"}
-    return FileTask(entry["name"], entry["kind"], entry["data"], **kw)
+    kw = {k: entry[k] for k in OPTIONAL_KEYS
+          if k in entry and k != "description" and k not in ENVIRONMENT_KEYS}
+    return FileTask(entry["name"], entry["kind"], entry["data"],
+                    environment=environment_from_spec(entry), **kw)
 
 
 def register_spec_file(path: str | Path) -> list[str]:
