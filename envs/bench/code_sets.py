@@ -11,7 +11,9 @@ PrimeIntellect, APPS/TACO or LiveCodeBench layout, read by the `code` kind's rea
 each row is graded as DeepCoder's reward grades its config (rllm/rewards/code_reward.py): lcbv5
 rows by LiveCodeBench's rules (6 s a test), taco and primeintellect rows by the TACO checker's
 (12 s a test), every program after the reward's imports. A problem graded by function calls is
-prompted to write that function. Every test runs in the sandbox (envs/code/verifier.py);
+prompted to write that function. Each sample's tests record which are public, the examples its
+prompt shows (envs/code/public.py): MBPP's asserts, MBPP+'s one assert, HumanEval+'s docstring
+examples. Every test runs in the sandbox (envs/code/verifier.py);
 nothing here runs code.
 """
 
@@ -29,6 +31,12 @@ from scalerl.envs.bench.math_sets import text_of
 from scalerl.envs.bench.task import Benchmark, register_benchmark
 from scalerl.envs.code import verifier as _code_kind  # noqa: F401 - registers the `code` kind
 from scalerl.envs.code.files import read_code_tests
+from scalerl.envs.code.public import (
+    assert_tests,
+    docstring_examples,
+    prompt_asserts,
+    with_public,
+)
 from scalerl.envs.code.tasks import HUMANEVAL_PROMPT
 from scalerl.envs.data import prompt_key
 
@@ -88,6 +96,7 @@ def mbpp_row(row: Mapping[str, Any], task: str) -> Sample:
     imports = "\n".join(listed(row.get("test_imports") or [], "test_imports"))
     tests = {"type": "assert", "entry_point": entry, "test": asserts_check(asserts, entry),
              "prelude": imports, "setup": str(row.get("test_setup_code") or "")}
+    tests = with_public(tests, tests)  # the prompt lists every assert: all are public
     return Sample(id=str(row["task_id"]), task=task, prompt=prompt, tests=tests,
                   meta={"problem": text, "solution": fenced(code), "entry_point": entry})
 
@@ -100,6 +109,8 @@ def mbpp_plus_row(row: Mapping[str, Any], task: str) -> Sample:
     prompt = MBPP_PROMPT.format(text=text, tests=asserts[0])
     tests = {"type": "assert", "entry_point": entry, "prelude": setup,
              "test": adapt_plus_test(text_of(row, "test"), entry), **EVALPLUS_LIMITS}
+    tests = with_public(tests, assert_tests(  # the one assert the prompt shows, if any
+        prompt_asserts(asserts, 1), entry, prelude=setup, timeout_s=EVALPLUS_LIMITS["timeout_s"]))
     return Sample(id=f"Mbpp/{row['task_id']}", task=task, prompt=prompt, tests=tests,
                   meta={"problem": text, "solution": fenced(code), "entry_point": entry})
 
@@ -108,6 +119,9 @@ def humaneval_plus_row(row: Mapping[str, Any], task: str) -> Sample:
     stub, entry = text_of(row, "prompt"), text_of(row, "entry_point")
     tests = {"type": "assert", "entry_point": entry, "prelude": stub,
              "test": adapt_plus_test(text_of(row, "test"), entry), **EVALPLUS_LIMITS}
+    tests = with_public(tests, assert_tests(  # the docstring's examples
+        docstring_examples(stub, entry), entry, prelude=stub,
+        timeout_s=EVALPLUS_LIMITS["timeout_s"]))
     solution = fenced(stub + str(row.get("canonical_solution") or ""))
     return Sample(id=str(row["task_id"]), task=task, prompt=HUMANEVAL_PROMPT.format(prompt=stub),
                   tests=tests, meta={"problem": stub, "solution": solution})

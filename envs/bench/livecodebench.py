@@ -3,9 +3,10 @@
 The hub copy (`livecodebench/code_generation_lite`) shipped a loading script, which `datasets`
 4+ no longer runs, so its release files are read directly (`test.jsonl` ... `test6.jsonl`,
 release_v6 = all of them). A row's tests are its public tests (a JSON list of {input, output,
-testtype}) plus its private tests, stored as that JSON list pickled, zlib-compressed and
-base64-encoded: `decode_private` undoes that with an unpickler that builds only plain values
-(str, numbers, lists, dicts) and refuses any class. Grading follows LiveCodeBench's harness
+testtype}; the first `public` of the sample's tests, envs/code/public.py) plus its private
+tests, stored as that JSON list pickled, zlib-compressed and base64-encoded: `decode_private`
+undoes that with an unpickler that builds only plain values (str, numbers, lists, dicts) and
+refuses any class. Grading follows LiveCodeBench's harness
 (lcb_runner/evaluation/testing_util.py, compute_code_generation_metrics.py) through the `lcb`
 comparison rule (envs/code/rules.py): `stdin` output as stripped lines, then tokens as Decimals;
 `functional` tests call `Solution().<func_name>` (metadata) with one JSON argument per input
@@ -39,6 +40,7 @@ from scalerl.envs.bench.code_sets import bench_tests, code_prompt, metadata_of
 from scalerl.envs.bench.hub import HubSource
 from scalerl.envs.bench.math_sets import text_of
 from scalerl.envs.bench.task import Benchmark, HubTask, register_benchmark
+from scalerl.envs.code.public import with_public
 from scalerl.envs.kinds import UnknownTaskError
 from scalerl.envs.registry import register_task_prefix
 
@@ -188,7 +190,8 @@ def lcb_row(row: Mapping[str, Any], task: str) -> Sample:
     meta = metadata_of(row)
     public = json.loads(row.get("public_test_cases") or "[]")
     private = decode_private(row.get("private_test_cases") or "[]")
-    tests = bench_tests(public + private, meta, "public_test_cases", prelude=IMPORTS)
+    tests = with_public(bench_tests(public + private, meta, "public_test_cases",
+                                    prelude=IMPORTS), len(public))  # public first, then private
     return Sample(id=str(row["question_id"]), task=task,
                   prompt=code_prompt(question, str(row.get("starter_code") or ""), tests),
                   tests=tests,

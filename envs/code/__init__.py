@@ -4,7 +4,9 @@
 turns test JSON into the harness spec and a judge per record; `rules` holds the comparison rules
 (`tokens`, LiveCodeBench's `lcb`, DeepCoder's `taco`); `harness` is the program run inside
 the sandbox (read as a file, stdlib only); `asserts` turns HumanEval checks into call tests;
-`files` reads APPS/DeepCoder/LiveCodeBench rows; `tasks` holds `humaneval` and `synth_code`.
+`files` reads APPS/DeepCoder/LiveCodeBench rows; `tasks` holds `humaneval` and `synth_code`;
+`public` says which of a sample's tests are public; `feedback` is the `tests_feedback`
+environment (code repair from the public tests' failures).
 Importing this package imports the verifier only (not the sandbox's backends, not the tasks).
 """
 

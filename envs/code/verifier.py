@@ -144,6 +144,12 @@ def _no_constant(name: str) -> None:
 def judge_run(plan: Plan, res: ExecResult, nonce: str) -> list[TestResult]:
     """Every test's verdict: exactly one well-formed record each, judged by the plan."""
     records, repeated = parse_records(res.stdout, nonce, plan.n_tests)
+    return judge_records(plan, res, records, repeated)
+
+
+def judge_records(plan: Plan, res: ExecResult, records: Mapping[int, dict],
+                  repeated: set[int]) -> list[TestResult]:
+    """`judge_run` on records already parsed (`parse_records`)."""
     out = []
     for i in range(plan.n_tests):
         if i in repeated:
@@ -207,9 +213,42 @@ def score_code(
     if code is None:
         return Score("no_answer", "no code found in the completion")
     try:
-        plan, code = _plan(tests, code, float_outputs, float_tol, test_timeout_s, compare)
+        run = run_tests(code, tests, sandbox=sandbox, limits=limits, float_outputs=float_outputs,
+                        float_tol=float_tol, test_timeout_s=test_timeout_s, compare=compare)
     except TestFormatError as e:
         return Score("error", f"tests: {e}")
+    except SandboxFailure as e:  # a broken sandbox is the verifier's failure: `error`, never wrong
+        return Score("error", truncate(str(e)), time.monotonic() - start)
+    return verdict(list(run.results), time.monotonic() - start)
+
+
+class SandboxFailure(RuntimeError):
+    """The sandbox itself failed (could not run the program, or said `sandbox_error`): the
+    verifier's failure, never the candidate's."""
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """One sandbox run of a program on a test spec: each test's verdict, and the harness's
+    well-formed record of each test it reported (what the program printed or returned)."""
+
+    __test__ = False  # not a pytest class
+
+    plan: Plan
+    results: tuple[TestResult, ...]
+    records: Mapping[int, dict]
+    latency_s: float
+
+
+def run_tests(code: str, tests: Mapping[str, Any], *,
+              sandbox: SandboxConfig = DEFAULT_GRADING.sandbox, limits: Limits | None = None,
+              float_outputs: bool = False, float_tol: float = 1e-6,
+              test_timeout_s: float = DEFAULT_TEST_TIMEOUT_S, compare: str = "tokens") -> TestRun:
+    """Run `code` (already extracted) on every test of `tests` in one sandbox run, as
+    `score_code` does. Raises TestFormatError for malformed tests and SandboxFailure when the
+    sandbox itself fails."""
+    start = time.monotonic()
+    plan, code = _plan(tests, code, float_outputs, float_tol, test_timeout_s, compare)
     nonce = secrets.token_hex(16)
     # trusted direction: parent -> harness; the spec, then the tests' inputs one frame each
     stdin = marshal.dumps(dict(plan.spec, nonce=nonce)) + plan.frames
@@ -222,14 +261,13 @@ def score_code(
     try:
         res = _backend(sandbox).run(["python", "harness.py"], stdin=stdin, files=files,
                                     limits=run_limits)
-    except Exception as e:  # a broken sandbox is the verifier's failure: `error`, never wrong
-        return Score("error", truncate(f"sandbox: {type(e).__name__}: {e}"),
-                     time.monotonic() - start)
+    except Exception as e:
+        raise SandboxFailure(f"sandbox: {type(e).__name__}: {e}") from e
     if res.status == "sandbox_error":
-        return Score("error", truncate(f"sandbox error: {res.detail}"),
-                     time.monotonic() - start)
-    results = judge_run(plan, res, nonce)
-    return verdict(results, time.monotonic() - start)
+        raise SandboxFailure(f"sandbox error: {res.detail}")
+    records, repeated = parse_records(res.stdout, nonce, plan.n_tests)
+    results = judge_records(plan, res, records, repeated)
+    return TestRun(plan, tuple(results), records, time.monotonic() - start)
 
 
 def _plan(tests: Any, code: str, float_outputs: bool, float_tol: float,

@@ -1,0 +1,255 @@
+"""`tests_feedback`: code repair from test feedback, a code task's multi-turn environment.
+
+After each assistant turn the program is extracted as the `code` verifier extracts it (the last
+fenced block after the thinking, envs/code/verifier.py `extract_code`, with the task's
+`requires_thinking`) and run on the sample's PUBLIC tests only (envs/code/public.py says which
+they are), in one sandbox run through the verifier's own path (`run_tests`: same harness, same
+comparison rule, same limits and task options). The reply is:
+- done, when no program was found (the judge then says `no_answer`), when the sample has no
+  public tests (nothing runs: the episode ends after the first answer), or when every public
+  test passes (the private tests then judge, through the task's normal judge on the final
+  transcript);
+- else one `user` message naming each failing public test (its input, the expected output and
+  what the program gave, or its error or timeout), each shown value cut to `max_shown_chars`,
+  the whole cut to `max_observation_chars` (the cut is said), and asking for a corrected
+  complete solution.
+Private tests never run here, so nothing of them (input, output, count) can reach the message.
+
+Failures: a sandbox that cannot run the program, and a sample whose `public` tests are malformed,
+raise `SessionFailed` (the rollout's verdict becomes `error`, excluded from training and counted,
+as a verifier error is): feedback is the verifier's work, so its failure is the verifier's.
+
+Settings: `EnvContext.options["grading"]` is the run's `Grading` (envs/grading.py: the sandbox
+backend, workers and caps every verdict uses); absent, this machine's defaults. The task's
+verifier options (`requires_thinking`, `test_timeout_s`, `compare`, `limits`, ...: what the judge
+runs with) are given at construction (`verifier_options=`; `with_feedback` passes the task's),
+else as `EnvContext.options["verifier_options"]`; with neither, `start` fails naming the fix
+(a guess would run LiveCodeBench's tests under another comparison rule).
+
+Turning it on: `with_feedback(task, max_turns=3)` gives the task with `environment` set (same
+name, same samples: feedback is a way of playing a task, as `--tools python` is, not a new
+task); a task spec's `feedback: tests` builds the same environment by its registered name
+(`environment_factory("tests_feedback")`). Not here: the turn loop, tokens and budgets
+(rollout/), how the final verdict is reached (the task's judge).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scalerl.envs.base import Message, Sample, truncate
+from scalerl.envs.code.asserts import bound_names, convert_check
+from scalerl.envs.code.plan import TestFormatError, untag
+from scalerl.envs.code.public import public_tests
+from scalerl.envs.code.verifier import (
+    SandboxFailure,
+    TestRun,
+    extract_code,
+    run_tests,
+)
+from scalerl.envs.environment import (
+    EnvContext,
+    Environment,
+    Reply,
+    SessionFailed,
+    register_environment,
+)
+from scalerl.envs.grading import DEFAULT_GRADING, Grading
+from scalerl.envs.task import Task
+from scalerl.sandbox.base import Limits
+
+RUN_OPTIONS = ("limits", "float_outputs", "float_tol", "test_timeout_s", "compare")
+"""The task's verifier options that shape a test run (the `code` kind's, less
+`requires_thinking`, which shapes extraction)."""
+ASK = ("Fix the program so that it passes these tests and the problem's other cases, and reply "
+       "with the complete corrected solution in one ```python block.")
+CUT = "\n[... feedback cut to {n} characters]\n"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failing public test, as shown to the model."""
+
+    index: int
+    kind: str
+    """wrong | timeout | error (the harness's verdict kind)."""
+    test: str
+    """What was run: the input (stdio, call) or the assert statement."""
+    expected: str | None
+    got: str
+
+
+@register_environment("tests_feedback")
+class TestsFeedback(Environment):
+    """Public tests run after each answer; failures are the next user turn (module docstring)."""
+
+    __test__ = False  # not a pytest class
+    name = "tests_feedback"
+
+    def __init__(self, *, max_turns: int = 3, max_observation_chars: int = 2000,
+                 max_shown_chars: int = 300, max_failures: int = 3,
+                 verifier_options: Mapping[str, Any] | None = None) -> None:
+        for key, value, low in (("max_turns", max_turns, 1),
+                                ("max_observation_chars", max_observation_chars, 200),
+                                ("max_shown_chars", max_shown_chars, 20),
+                                ("max_failures", max_failures, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"tests_feedback: {key} must be an integer >= {low}, "
+                                 f"got {value!r}")
+        self.max_turns, self.max_observation_chars = max_turns, max_observation_chars
+        self.max_shown_chars, self.max_failures = max_shown_chars, max_failures
+        self.verifier_options = dict(verifier_options) if verifier_options is not None else None
+
+    def start(self, sample: Sample, context: EnvContext) -> dict[str, Any]:
+        grading = context.options.get("grading", DEFAULT_GRADING)
+        if not isinstance(grading, Grading):
+            raise TypeError(f"tests_feedback: EnvContext.options['grading'] must be a Grading "
+                            f"(envs/grading.py), got {type(grading).__name__}")
+        options = context.options.get("verifier_options")
+        if self.verifier_options is None and not isinstance(options, Mapping):
+            raise ValueError(
+                f"tests_feedback (task {sample.task!r}): the task's verifier options are "
+                "unknown; build the environment with with_feedback(task) or "
+                "TestsFeedback(verifier_options=task.verifier_options()), or give them as "
+                "EnvContext.options['verifier_options']")
+        return {"grading": grading, "options": options, "public_runs": []}
+
+    def step(self, sample: Sample, transcript: Sequence[Message], state: Any) -> Reply:
+        if not transcript or transcript[-1].get("role") != "assistant":
+            raise ValueError("tests_feedback: step() needs a transcript ending in an assistant "
+                             "turn")
+        options = self.options_for(state)
+        code = extract_code(str(transcript[-1].get("content") or ""),
+                            bool(options.get("requires_thinking", False)))
+        try:
+            public = public_tests(sample.tests)
+        except TestFormatError as e:
+            raise SessionFailed(f"tests_feedback: sample {sample.id!r}: {e}") from e
+        if code is None or public is None:
+            return Reply(done=True)
+        run = self._run(sample, code, public, options, state["grading"].sandbox)
+        failed = [r for r in run.results if not r.passed]
+        state["public_runs"].append((len(run.results) - len(failed), len(run.results)))
+        if not failed:
+            return Reply(done=True)
+        shown = [failure(public, run, r.index) for r in failed[:self.max_failures]]
+        text = self.render(shown, len(failed), len(run.results))
+        return Reply(done=False, messages=({"role": "user", "content": text},))
+
+    def options_for(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The task's verifier options: the ones given at construction, else the context's."""
+        return self.verifier_options if self.verifier_options is not None else state["options"]
+
+    def _run(self, sample: Sample, code: str, public: Mapping[str, Any],
+             options: Mapping[str, Any], sandbox: Any) -> TestRun:
+        kwargs = {k: options[k] for k in RUN_OPTIONS if k in options}
+        if isinstance(kwargs.get("limits"), Mapping):  # from a YAML/JSON task spec
+            kwargs["limits"] = Limits(**kwargs["limits"])
+        try:
+            return run_tests(code, public, sandbox=sandbox, **kwargs)
+        except (TestFormatError, SandboxFailure) as e:
+            raise SessionFailed(f"tests_feedback: sample {sample.id!r}: public tests: "
+                                f"{truncate(str(e))}") from e
+
+    def render(self, shown: Sequence[Failure], n_failed: int, n_public: int) -> str:
+        """The feedback message: a header, each shown failure, the request; cut to the cap."""
+        head = (f"Your solution failed {n_failed} of the {n_public} public "
+                f"test{'s' if n_public != 1 else ''}"
+                + (f" (the first {len(shown)} are shown)" if len(shown) < n_failed else "")
+                + ".\n\n")
+        body = "\n".join(self._block(f) for f in shown)
+        tail = "\n" + ASK
+        cap = self.max_observation_chars
+        if len(head) + len(body) + len(tail) <= cap:
+            return head + body + tail
+        cut = CUT.format(n=cap)
+        room = cap - len(head) - len(tail) - len(cut)
+        if room <= 0:
+            return (head + body)[:cap - len(cut)] + cut
+        return head + body[:room] + cut + tail
+
+    def _block(self, f: Failure) -> str:
+        cap = self.max_shown_chars
+        lines = [f"Test {f.index + 1}: {_HEADLINE[f.kind]}", _field("Input", f.test, cap)]
+        if f.expected is not None:
+            lines.append(_field("Expected", f.expected, cap))
+        lines.append(_field("Got", f.got, cap))
+        return "\n".join(lines) + "\n"
+
+
+_HEADLINE = {"wrong": "wrong answer", "timeout": "timed out", "error": "the test could not run"}
+
+
+def _field(label: str, text: str, cap: int) -> str:
+    text = truncate(text, cap)
+    return f"{label}:\n{text}" if "\n" in text.rstrip("\n") else f"{label}: {text.rstrip()}"
+
+
+def failure(public: Mapping[str, Any], run: TestRun, index: int) -> Failure:
+    """What to show of failing public test `index`: the test, the expected value, and what the
+    program gave (its output or returned value when the harness reported one, else the
+    verdict's detail: the error, or the time limit it passed)."""
+    result = run.results[index]
+    record = run.records.get(index, {})
+    kind = "wrong" if result.kind == "pass" else result.kind
+    mode = run.plan.spec["mode"]
+    if mode == "stdio":
+        out = record.get("stdout") if record.get("status") == "ok" else None
+        return Failure(index, kind, _text(public["inputs"][index]),
+                       _text(public["outputs"][index]),
+                       out if isinstance(out, str) and kind == "wrong" else result.detail)
+    got = _returned(record) if kind == "wrong" else None
+    got = got if got is not None else result.detail
+    if mode == "call" and public.get("type", "call") == "call":
+        args = public["inputs"][index]
+        shown = ", ".join(map(repr, args)) if isinstance(args, list) else repr(args)
+        return Failure(index, kind, f"{public['fn_name']}({shown})",
+                       repr(public["outputs"][index]), got)
+    return Failure(index, kind, _assertion(public, index, result.detail), None, got)
+
+
+def _text(value: Any) -> str:
+    return "\n".join(value) if isinstance(value, list) else str(value)
+
+
+def _returned(record: Mapping[str, Any]) -> str | None:
+    """`returned <repr>` of a call record's value, or None when it has none."""
+    if record.get("ok") is not True or "value" not in record:
+        return None
+    try:
+        return f"returned {untag(record['value'])!r}"
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+def _assertion(public: Mapping[str, Any], index: int, detail: str) -> str:
+    """The assert statement behind assert test `index`: the check's source line of that call
+    test, or, when the check ran as one test, the line its failure names (else the check)."""
+    source = str(public.get("test", ""))
+    lines = source.splitlines()
+    names, _ = bound_names(str(public.get("setup", "")))
+    cases = convert_check(source, names)
+    if cases is not None and index < len(cases):
+        line = cases[index].line
+    else:
+        found = re.search(r"\bline (\d+):", detail)
+        line = int(found.group(1)) if found else 0
+    return lines[line - 1].strip() if 0 < line <= len(lines) else source.strip()
+
+
+def with_feedback(task: Task, max_turns: int = 3, **options: Any) -> Task:
+    """`task` played with test feedback: a copy with `environment` set to a `tests_feedback`
+    environment carrying the task's verifier options (same name, same samples). `options`: the
+    environment's own (max_observation_chars, max_shown_chars, max_failures). ValueError for a
+    task that is not of the `code` kind."""
+    if task.kind != "code":
+        raise ValueError(f"task {task.name!r} is of kind {task.kind!r}: test feedback needs a "
+                         "`code` task (its samples carry tests)")
+    played = copy.copy(task)
+    played.environment = TestsFeedback(max_turns=max_turns,
+                                       verifier_options=task.verifier_options(), **options)
+    return played
