@@ -12,7 +12,6 @@ registered already: the catalog (envs/catalog.py) loads plugins before `$SCALERL
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import json
 import sys
@@ -22,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from scalerl.envs import python_env as _python_env  # noqa: F401 - the `python` environment
+from scalerl.envs.code import feedback as _feedback  # noqa: F401 - the `tests_feedback` one
 from scalerl.envs.data import check_fractions, is_hub_id
 from scalerl.envs.environment import Environment, environment_factory
 from scalerl.envs.filetask import FileTask
@@ -142,17 +143,7 @@ def environment_from_spec(entry: Mapping[str, Any]) -> Environment | None:
             raise ValueError(f"'feedback: {feedback}' needs kind 'code' (its public tests run "
                              f"after each answer); kind is {entry.get('kind')!r}")
         name = FEEDBACK_ENVIRONMENTS[feedback]
-    _load_builtin_environments()
     return environment_factory(name)(**limits)
-
-
-def _load_builtin_environments() -> None:
-    """Import the modules that register the built-in environments (python; tests_feedback from
-    envs/code/feedback.py once that module exists)."""
-    from scalerl.envs import python_env  # noqa: F401 - registers `python`
-
-    if importlib.util.find_spec("scalerl.envs.code.feedback") is not None:
-        importlib.import_module("scalerl.envs.code.feedback")  # registers `tests_feedback`
 
 
 def task_from_entry(entry: Mapping[str, Any]) -> FileTask:

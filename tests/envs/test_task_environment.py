@@ -4,7 +4,6 @@ attribute, and a `scalerl.tasks` entry point."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from importlib import metadata
 
@@ -13,11 +12,10 @@ import yaml
 
 from scalerl.envs import catalog
 from scalerl.envs.catalog import get_task
+from scalerl.envs.environment import environment_factory
 from scalerl.envs.python_env import PythonEnvironment
 from scalerl.envs.spec import SpecError, environment_from_spec, register_spec_file
 from scalerl.envs.task import Task
-
-HAS_FEEDBACK = importlib.util.find_spec("scalerl.envs.code.feedback") is not None
 
 
 def _spec(tmp_path, name: str, **keys) -> object:
@@ -63,11 +61,7 @@ def test_bad_environment_keys_are_one_line_naming_the_key(tmp_path, keys, says):
     assert says in message
 
 
-@pytest.mark.skipif(not HAS_FEEDBACK, reason="envs/code/feedback.py (the tests_feedback "
-                    "environment, another part of issue 28) is not in this checkout yet")
 def test_feedback_tests_on_a_code_task_looks_up_the_tests_feedback_environment():
-    from scalerl.envs.environment import environment_factory
-
     env = environment_from_spec({"kind": "code", "feedback": "tests", "max_turns": 2})
     assert type(env) is environment_factory("tests_feedback") and env.max_turns == 2
 
