@@ -4,7 +4,8 @@ Two formats, in a registry (`tool_format(name)`; `choose_tool_format` picks one 
 - `plain` (base models, as ToRA and Qwen2.5-Math's tool-integrated reasoning write it): the model
   writes a fenced ```python block, then ```output, where its turn stops (a stop string the sampled
   text keeps); the output is appended as raw text closing that fenced block, and the model goes on
-  in the same assistant message. No chat template is involved.
+  in the same assistant message, with no chat template (a `user` message, test feedback, is a new
+  turn rendered by the template).
 - `chat` (Qwen3 / Hermes): `<tool_call>\\n{"name": "python", "arguments": {"code": ...}}\\n
   </tool_call>` in the assistant text; each answer is a role `tool` message rendered by the
   tokenizer's chat template (`<tool_response>`), the tools' schemas passed as
@@ -125,6 +126,10 @@ class PlainFormat(ToolFormat):
 
     def delta_text(self, tokenizer: Any, messages: Sequence[Message], last_turn_text: str,
                    template_kwargs: Mapping[str, Any] | None = None) -> str:
+        """Tool output: raw text closing the output block. Other messages (a `user` turn of test
+        feedback) are a new turn, rendered by the chat template as `chat` does."""
+        if messages and any(m.get("role") != "tool" for m in messages):
+            return template_delta(tokenizer, messages, last_turn_text, None, template_kwargs)
         if not last_turn_text.endswith(_OUTPUT_OPEN):
             raise ValueError("plain tool format: an observation follows only a turn that ends "
                              f"with its stop string {_OUTPUT_OPEN!r}; this one ends with "
@@ -161,22 +166,32 @@ class ChatFormat(ToolFormat):
 
     def delta_text(self, tokenizer: Any, messages: Sequence[Message], last_turn_text: str,
                    template_kwargs: Mapping[str, Any] | None = None) -> str:
-        if not messages:
-            raise ValueError("chat tool format: delta_text needs at least one message")
-        dummy = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
-                 {"role": "assistant", "content": _MARK}]
-        rendered = tokenizer.apply_chat_template(
-            dummy + [dict(m) for m in messages], tools=self.tools(), tokenize=False,
-            add_generation_prompt=True, **dict(template_kwargs or {}))
-        if rendered.count(_MARK) != 1:
-            raise ValueError("chat tool format: the chat template does not render an assistant "
-                             "message's content verbatim; use tool_format plain")
-        after = rendered[rendered.index(_MARK) + len(_MARK):]
-        missing = [m["role"] for m in messages if str(m["content"]) not in after]
-        if missing:
-            raise ValueError(f"chat tool format: the chat template does not show {missing[0]!r} "
-                             "messages; use tool_format plain")
-        return after[len(_sampled_end(tokenizer, last_turn_text, after)):]
+        return template_delta(tokenizer, messages, last_turn_text, self.tools(), template_kwargs)
+
+
+def template_delta(tokenizer: Any, messages: Sequence[Message], last_turn_text: str,
+                   tools: list[dict] | None, template_kwargs: Mapping[str, Any] | None) -> str:
+    """The text the chat template puts after an assistant message's content when `messages`
+    follow it and a generation prompt opens the next turn, less the end-of-turn token the model
+    already sampled: rendered on a fixed dummy conversation (system, user, assistant), never on
+    the real one. ValueError when the template does not show the content or the messages."""
+    if not messages:
+        raise ValueError("tool format: delta_text needs at least one message")
+    dummy = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
+             {"role": "assistant", "content": _MARK}]
+    rendered = tokenizer.apply_chat_template(
+        dummy + [dict(m) for m in messages], tools=tools, tokenize=False,
+        add_generation_prompt=True, **dict(template_kwargs or {}))
+    if rendered.count(_MARK) != 1:
+        raise ValueError("tool format: this tokenizer's chat template does not render an "
+                         "assistant message's content verbatim, so no delta can be taken from it")
+    after = rendered[rendered.index(_MARK) + len(_MARK):]
+    missing = [m["role"] for m in messages if str(m["content"]) not in after]
+    if missing:
+        raise ValueError(f"tool format: this tokenizer's chat template does not show "
+                         f"{missing[0]!r} messages (tool_format plain writes tool output without "
+                         "it)")
+    return after[len(_sampled_end(tokenizer, last_turn_text, after)):]
 
 
 def _sampled_end(tokenizer: Any, last_turn_text: str, after: str) -> str:

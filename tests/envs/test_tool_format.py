@@ -121,6 +121,25 @@ def test_plain_delta_is_token_exact_on_the_tiny_models_tokenizer(tiny_tok):
                                     "```output\n7006652\n```\n")
 
 
+def test_plain_feedback_user_turn_is_the_tiny_templates_new_turn_token_exact(tiny_tok):
+    """Test feedback (a `user` message, envs/code/feedback.py) after a plain-format answer that
+    ended at EOS: the template's next user turn and generation prompt, EOS not repeated."""
+    conversation = [{"role": "user", "content": "add(a,b)"}]
+    ids = list(tiny_tok.apply_chat_template(conversation, add_generation_prompt=True,
+                                            tokenize=True, return_dict=False))
+    sampled = tiny_tok.encode("def add(a,b): return a-b", add_special_tokens=False)
+    sampled.append(tiny_tok.convert_tokens_to_ids("<|endoftext|>"))
+    messages = ({"role": "user", "content": "failed: add(1,2)==3"},)
+    delta = PLAIN.delta_text(tiny_tok, messages, tiny_tok.decode(sampled,
+                                                                 skip_special_tokens=False))
+    assert delta == "\nQ:failed: add(1,2)==3\nA:"
+    ids += sampled + tiny_tok.encode(delta, add_special_tokens=False)
+    full = conversation + [{"role": "assistant", "content": "def add(a,b): return a-b"},
+                           *messages]
+    assert tiny_tok.decode(ids, skip_special_tokens=False) == tiny_tok.apply_chat_template(
+        full, add_generation_prompt=True, tokenize=False)
+
+
 # --- chat: parsing -------------------------------------------------------------------------------
 def test_chat_parses_one_call_per_tool_call_block():
     text = ("<think>\nMultiply.\n</think>\n\n" + _call_text("a = 3\nprint(a * 4)") + "\n"
@@ -176,6 +195,12 @@ def test_chat_two_outcomes_share_one_user_turn(chat_tok):
     assert delta == ("\n<|im_start|>user\n<tool_response>\n1\n</tool_response>\n<tool_response>"
                      "\nZeroDivisionError: division by zero\n</tool_response><|im_end|>\n"
                      "<|im_start|>assistant\n")
+
+
+def test_chat_feedback_user_turn(chat_tok):
+    delta = CHAT.delta_text(chat_tok, ({"role": "user", "content": "2 tests failed"},),
+                            "```python\nx = 1\n```<|im_end|>")
+    assert delta == "\n<|im_start|>user\n2 tests failed<|im_end|>\n<|im_start|>assistant\n"
 
 
 def test_chat_turn_cut_before_eos_gets_its_end_of_turn_in_the_delta(chat_tok):
