@@ -26,16 +26,19 @@ runs with) are given at construction (`verifier_options=`; `with_feedback` passe
 else as `EnvContext.options["verifier_options"]`; with neither, `start` fails naming the fix
 (a guess would run LiveCodeBench's tests under another comparison rule).
 
-Turning it on: `with_feedback(task, max_turns=3)` gives the task with `environment` set (same
-name, same samples: feedback is a way of playing a task, as `--tools python` is, not a new
-task); a task spec's `feedback: tests` builds the same environment by its registered name
-(`environment_factory("tests_feedback")`). Not here: the turn loop, tokens and budgets
-(rollout/), how the final verdict is reached (the task's judge).
+Turning it on: by name, `feedback:<task>` (`feedback:livecodebench:2024-08..2025-02`,
+`feedback:mbpp`, `feedback:mbpp+`, `feedback:humaneval`, `feedback:humaneval+`, a user's code
+task), up to 3 answers; in Python, `with_feedback(task, max_turns=3)`. Either gives a
+`FeedbackTask`: the task under its own name (so its family's prompts, protocols and grading
+stay), its samples and judge, with `environment` set; `--data feedback:<task>=PATH` gives it a
+local copy. A task spec's `feedback: tests` builds the environment by its registered name
+(`environment_factory("tests_feedback")`); it then needs the task's verifier options (above).
+Not here: the turn loop, tokens and budgets (rollout/), how the final verdict is reached (the
+task's judge).
 """
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -59,6 +62,7 @@ from scalerl.envs.environment import (
     register_environment,
 )
 from scalerl.envs.grading import DEFAULT_GRADING, Grading
+from scalerl.envs.registry import lookup_task, register_task_prefix
 from scalerl.envs.task import Task
 from scalerl.sandbox.base import Limits
 
@@ -94,7 +98,7 @@ class TestsFeedback(Environment):
                  max_shown_chars: int = 300, max_failures: int = 3,
                  verifier_options: Mapping[str, Any] | None = None) -> None:
         for key, value, low in (("max_turns", max_turns, 1),
-                                ("max_observation_chars", max_observation_chars, 200),
+                                ("max_observation_chars", max_observation_chars, 64),
                                 ("max_shown_chars", max_shown_chars, 20),
                                 ("max_failures", max_failures, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -241,15 +245,72 @@ def _assertion(public: Mapping[str, Any], index: int, detail: str) -> str:
     return lines[line - 1].strip() if 0 < line <= len(lines) else source.strip()
 
 
-def with_feedback(task: Task, max_turns: int = 3, **options: Any) -> Task:
-    """`task` played with test feedback: a copy with `environment` set to a `tests_feedback`
-    environment carrying the task's verifier options (same name, same samples). `options`: the
-    environment's own (max_observation_chars, max_shown_chars, max_failures). ValueError for a
-    task that is not of the `code` kind."""
+class FeedbackTask(Task):
+    """A task played with test feedback: the inner task's name, samples, judge, options and
+    data settings (`with_data`, `with_revision` keep the feedback), with `environment` a
+    `tests_feedback` environment carrying the inner task's verifier options."""
+
+    def __init__(self, inner: Task, environment: TestsFeedback) -> None:
+        self.inner, self.environment = inner, environment
+        self.name, self.kind, self.splits = inner.name, inner.kind, inner.splits
+        self.options, self.requires_thinking = inner.options, inner.requires_thinking
+        self.declared_sizes, self.revision = inner.declared_sizes, inner.revision
+        self.source = (f"{inner.source}; test feedback, up to {environment.max_turns} answers"
+                       if inner.source else f"test feedback, up to {environment.max_turns} "
+                       "answers")
+
+    @property
+    def system_prompt(self) -> str | None:  # type: ignore[override]
+        return self.inner.system_prompt
+
+    @property
+    def duplicates(self) -> int:  # type: ignore[override]
+        return self.inner.duplicates
+
+    @property
+    def skipped(self) -> Any:  # type: ignore[override]
+        return self.inner.skipped
+
+    def build_splits(self) -> dict[str, tuple[Sample, ...]]:
+        return {split: self.inner.samples(split) for split in self.inner.splits}
+
+    def judge(self, sample: Sample, completion: str, grading: Grading) -> Any:
+        return self.inner.judge(sample, completion, grading)
+
+    def verifier_options(self) -> dict[str, Any]:
+        return self.inner.verifier_options()
+
+    def preflight(self, grading: Grading = DEFAULT_GRADING) -> str | None:
+        return self.inner.preflight(grading)
+
+    def with_data(self, path: str) -> FeedbackTask:
+        return FeedbackTask(self.inner.with_data(path), self.environment)
+
+    def with_revision(self, revision: str) -> FeedbackTask:
+        return FeedbackTask(self.inner.with_revision(revision), self.environment)
+
+
+def with_feedback(task: Task, max_turns: int = 3, **options: Any) -> FeedbackTask:
+    """`task` played with test feedback (a `FeedbackTask`: same name, same samples, same judge),
+    up to `max_turns` answers. `options`: the environment's own (max_observation_chars,
+    max_shown_chars, max_failures). ValueError for a task not of the `code` kind."""
     if task.kind != "code":
         raise ValueError(f"task {task.name!r} is of kind {task.kind!r}: test feedback needs a "
                          "`code` task (its samples carry tests)")
-    played = copy.copy(task)
-    played.environment = TestsFeedback(max_turns=max_turns,
-                                       verifier_options=task.verifier_options(), **options)
-    return played
+    inner = task.inner if isinstance(task, FeedbackTask) else task
+    env = TestsFeedback(max_turns=max_turns, verifier_options=inner.verifier_options(),
+                        **options)
+    return FeedbackTask(inner, env)
+
+
+@register_task_prefix("feedback", description="a code task played with test feedback (public "
+                      "tests' failures as the next turn, up to 3 answers), e.g. "
+                      "feedback:livecodebench:2024-08..2025-02, feedback:mbpp, "
+                      "feedback:humaneval")
+def feedback_variant(name: str) -> FeedbackTask:
+    """`feedback:<task>`: the code task `<task>` (any registered name, a prefix family's
+    included) with test feedback, up to 3 answers; the task keeps its own name."""
+    task = lookup_task(name)
+    if not isinstance(task, Task):
+        raise TypeError(f"task {name!r} is a {type(task).__name__}, not a scalerl Task")
+    return with_feedback(task)

@@ -251,6 +251,32 @@ def test_humaneval_canonical_solutions_pass_their_docstring_examples():
     assert with_public >= 120 and doctests >= 150
 
 
+# --- turning it on: feedback:<task>, with_feedback ----------------------------------------------
+def test_feedback_prefix_plays_the_task_under_its_own_name_with_its_data(copies):
+    plain = get_task("livecodebench:2024-08..2025-02").with_data(copies["livecodebench"])
+    played = get_task("feedback:livecodebench:2024-08..2025-02").with_data(
+        copies["livecodebench"])  # `--data feedback:livecodebench:...=PATH`
+    assert isinstance(played.environment, TestsFeedback) and plain.environment is None
+    assert played.name == "livecodebench:2024-08..2025-02" and played.kind == "code"
+    assert played.environment.verifier_options == {"requires_thinking": False,
+                                                   "test_timeout_s": 6.0, "compare": "lcb"}
+    assert played.samples("test") == plain.samples("test")
+    assert played.system_prompt == plain.system_prompt and played.splits == ("test",)
+    sample = played.samples("test")[0]
+    assert played.score(sample, bf.gold_program(sample)).status == "correct"
+    assert played.score(sample, fenced("print(0)")).status == "wrong"
+    assert isinstance(played.with_revision("main").environment, TestsFeedback)
+    assert get_task("feedback:mbpp").environment.max_turns == 3
+    again = with_feedback(played, max_turns=5)  # re-wrapping replaces, never nests
+    assert again.inner is played.inner and again.environment.max_turns == 5
+
+
+def test_feedback_on_a_task_that_is_not_code_is_one_line():
+    with pytest.raises(ValueError, match=r"^task 'arith' is of kind 'math': test feedback needs "
+                                         r"a `code` task"):
+        get_task("feedback:arith")
+
+
 # --- settings, failures, docker -----------------------------------------------------------------
 def test_registered_by_name_and_options_are_checked():
     env = environment_factory("tests_feedback")(max_turns=2, max_observation_chars=500)
