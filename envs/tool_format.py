@@ -216,7 +216,7 @@ def _chat_call(body: str, *, closed: bool) -> ToolCall:
     if not closed:
         return MalformedCall("", body, error=f"unfinished tool call (no </tool_call>): {valid}")
     try:
-        obj = json.loads(body)
+        obj = json.loads(body, strict=False)  # a raw newline inside the code string is common
     except json.JSONDecodeError as exc:
         return MalformedCall("", body, error=f"tool call is not valid JSON ({exc.msg} at "
                                              f"char {exc.pos}): {valid}")
@@ -228,7 +228,7 @@ def _chat_call(body: str, *, closed: bool) -> ToolCall:
                                                f"{PYTHON_TOOL!r}: {valid}")
     if isinstance(args, str):  # some models write the arguments as a JSON string
         try:
-            args = json.loads(args)
+            args = json.loads(args, strict=False)
         except json.JSONDecodeError:
             args = None
     code = args.get("code") if isinstance(args, dict) else None

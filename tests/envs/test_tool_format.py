@@ -154,6 +154,11 @@ def test_chat_accepts_arguments_written_as_a_json_string():
     assert CHAT.parse(f"<tool_call>\n{body}\n</tool_call>") == [ToolCall("python", "print(5)")]
 
 
+def test_chat_accepts_a_raw_newline_inside_the_code_string():
+    text = '<tool_call>\n{"name": "python", "arguments": {"code": "x = 2\nprint(x)"}}\n</tool_call>'
+    assert CHAT.parse(text) == [ToolCall("python", "x = 2\nprint(x)")]
+
+
 @pytest.mark.parametrize(("text", "says"), [
     ('<tool_call>\n{"name": "python", "arguments": {"code": "print(1)"\n</tool_call>',
      "not valid JSON"),
