@@ -13,8 +13,9 @@ module parses nothing itself and renders no tokens.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from scalerl.envs.base import Message, Sample
@@ -22,6 +23,7 @@ from scalerl.envs.environment import (
     EnvContext,
     Environment,
     Reply,
+    SessionFailed,
     ToolCall,
     ToolOutcome,
     register_environment,
@@ -64,6 +66,10 @@ class PythonState:
     context: EnvContext
     session: Any = None
     calls: int = 0
+    closed: bool = False
+    """`close` ran (a cancelled rollout's may run while a step is still in flight)."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """Orders acquiring the session against closing it, so no session outlives its rollout."""
 
 
 @register_environment("python")
@@ -100,7 +106,8 @@ class PythonEnvironment(Environment):
                      outcomes=outcomes)
 
     def close(self, state: PythonState) -> None:
-        session, state.session = state.session, None
+        with state.lock:
+            session, state.session, state.closed = state.session, None, True
         if session is None:
             return
         try:
@@ -119,9 +126,14 @@ class PythonEnvironment(Environment):
         if error is not None:
             output, cut = cut_observation(error, self.max_observation_chars)
             return ToolOutcome("error", output, 0.0, truncated=cut)
-        if state.session is None:
-            state.session = state.context.sessions.acquire()
-        outcome = state.session.run(call.code)
+        with state.lock:
+            if state.closed:
+                raise SessionFailed("the rollout ended while its tool call was waiting: "
+                                    "its session is closed")
+            if state.session is None:
+                state.session = state.context.sessions.acquire()
+            session = state.session
+        outcome = session.run(call.code)
         output, cut = cut_observation(outcome.output, self.max_observation_chars)
         return ToolOutcome(outcome.status, output, outcome.latency_s,
                            truncated=cut or outcome.truncated)

@@ -161,3 +161,17 @@ def test_step_needs_an_assistant_turn_last():
     state = env.start(SAMPLE, _context(Pool()))
     with pytest.raises(ValueError, match="ending with an assistant turn"):
         env.step(SAMPLE, [{"role": "user", "content": "hi"}], state)
+
+
+def test_a_rollout_closed_mid_step_starts_no_new_session():
+    """A cancelled rollout's close can run while its step is still running calls: the calls
+    left then fail (the rollout is over) instead of acquiring a session nobody would close."""
+    env, pool = PythonEnvironment(), Pool()
+    state = env.start(SAMPLE, _context(pool))
+    closing = InProcessSession()
+    closing.run = lambda code: (env.close(state), ToolOutcome("ok", "", 0.0))[1]
+    pool.acquire = lambda: closing
+    text = "```python\nprint(1)\n```\n```python\nprint(2)\n```\n```output"
+    with pytest.raises(SessionFailed, match="the rollout ended"):
+        env.step(SAMPLE, _assistant(text), state)
+    assert not closing.alive and state.session is None
