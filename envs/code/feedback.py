@@ -83,6 +83,8 @@ class Failure:
     """wrong | timeout | error (the harness's verdict kind)."""
     test: str
     """What was run: the input (stdio, call) or the assert statement."""
+    label: str
+    """`Input` or `Test` (an assert)."""
     expected: str | None
     got: str
 
@@ -141,7 +143,8 @@ class TestsFeedback(Environment):
         if not failed:
             return Reply(done=True)
         shown = [failure(public, run, r.index) for r in failed[:self.max_failures]]
-        text = self.render(shown, len(failed), len(run.results))
+        whole = run.plan.spec["mode"] == "check"  # one run of the check, to its first failure
+        text = self.render(shown, len(failed), None if whole else len(run.results))
         return Reply(done=False, messages=({"role": "user", "content": text},))
 
     def options_for(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -159,12 +162,17 @@ class TestsFeedback(Environment):
             raise SessionFailed(f"tests_feedback: sample {sample.id!r}: public tests: "
                                 f"{truncate(str(e))}") from e
 
-    def render(self, shown: Sequence[Failure], n_failed: int, n_public: int) -> str:
-        """The feedback message: a header, each shown failure, the request; cut to the cap."""
-        head = (f"Your solution failed {n_failed} of the {n_public} public "
-                f"test{'s' if n_public != 1 else ''}"
-                + (f" (the first {len(shown)} are shown)" if len(shown) < n_failed else "")
-                + ".\n\n")
+    def render(self, shown: Sequence[Failure], n_failed: int, n_public: int | None) -> str:
+        """The feedback message: a header, each shown failure, the request; cut to the cap.
+        `n_public` None: the public asserts ran as one check, which stops at its first
+        failure."""
+        if n_public is None:
+            head = "Your solution failed the public tests (they stop at the first failure).\n\n"
+        else:
+            head = (f"Your solution failed {n_failed} of the {n_public} public "
+                    f"test{'s' if n_public != 1 else ''}"
+                    + (f" (the first {len(shown)} are shown)" if len(shown) < n_failed else "")
+                    + ".\n\n")
         body = "\n".join(self._block(f) for f in shown)
         tail = "\n" + ASK
         cap = self.max_observation_chars
@@ -178,19 +186,19 @@ class TestsFeedback(Environment):
 
     def _block(self, f: Failure) -> str:
         cap = self.max_shown_chars
-        lines = [f"Test {f.index + 1}: {_HEADLINE[f.kind]}", _field("Input", f.test, cap)]
+        lines = [f"Test {f.index + 1}: {_HEADLINE[f.kind]}", _field(f.label, f.test, cap)]
         if f.expected is not None:
             lines.append(_field("Expected", f.expected, cap))
         lines.append(_field("Got", f.got, cap))
         return "\n".join(lines) + "\n"
 
 
-_HEADLINE = {"wrong": "wrong answer", "timeout": "timed out", "error": "the test could not run"}
+_HEADLINE = {"wrong": "failed", "timeout": "timed out", "error": "the test could not run"}
 
 
 def _field(label: str, text: str, cap: int) -> str:
-    text = truncate(text, cap)
-    return f"{label}:\n{text}" if "\n" in text.rstrip("\n") else f"{label}: {text.rstrip()}"
+    text = truncate(text, cap).rstrip("\n")
+    return f"{label}:\n{text}" if "\n" in text else f"{label}: {text.rstrip()}"
 
 
 def failure(public: Mapping[str, Any], run: TestRun, index: int) -> Failure:
@@ -203,7 +211,7 @@ def failure(public: Mapping[str, Any], run: TestRun, index: int) -> Failure:
     mode = run.plan.spec["mode"]
     if mode == "stdio":
         out = record.get("stdout") if record.get("status") == "ok" else None
-        return Failure(index, kind, _text(public["inputs"][index]),
+        return Failure(index, kind, _text(public["inputs"][index]), "Input",
                        _text(public["outputs"][index]),
                        out if isinstance(out, str) and kind == "wrong" else result.detail)
     got = _returned(record) if kind == "wrong" else None
@@ -211,9 +219,9 @@ def failure(public: Mapping[str, Any], run: TestRun, index: int) -> Failure:
     if mode == "call" and public.get("type", "call") == "call":
         args = public["inputs"][index]
         shown = ", ".join(map(repr, args)) if isinstance(args, list) else repr(args)
-        return Failure(index, kind, f"{public['fn_name']}({shown})",
+        return Failure(index, kind, f"{public['fn_name']}({shown})", "Input",
                        repr(public["outputs"][index]), got)
-    return Failure(index, kind, _assertion(public, index, result.detail), None, got)
+    return Failure(index, kind, _assertion(public, index, result.detail), "Test", None, got)
 
 
 def _text(value: Any) -> str:

@@ -89,7 +89,7 @@ def test_a_wrong_program_gets_the_failing_public_test_and_nothing_private(copies
     (reply,) = play(task.environment, sample, fenced("n = int(input())\nprint(n + n)"))
     text = feedback_text(reply)
     assert "failed 1 of the 1 public test" in text
-    assert "Test 1: wrong answer" in text
+    assert "Test 1: failed" in text
     assert "Input: 3" in text and "Expected: 9" in text and "Got: 6" in text
     for private in ("12", "144", "999999999", "999999998000000001"):
         assert private not in text
@@ -178,8 +178,17 @@ def test_mbpp_public_tests_are_the_prompts_asserts(copies):
     wrong = fenced("def remove_Occ(s, ch):\n    return s.replace(ch, '', 1)")  # first only
     text = feedback_text(play(with_feedback(get_task("mbpp")).environment, sample, wrong)[0])
     assert "failed 3 of the 3 public tests" in text
-    assert "Input: assert remove_Occ(\"hello\",\"l\") == \"heo\"" in text
+    assert "Test: assert remove_Occ(\"hello\",\"l\") == \"heo\"" in text
     assert "Got: returned 'helo'" in text and "Got: returned 'HP'" in text
+
+
+def test_asserts_that_run_as_one_check_name_the_failing_line(copies):
+    sample = samples("mbpp", copies)["12"]  # set(similar_elements(...)) == ...: not a call test
+    wrong = fenced("def similar_elements(a, b):\n    return (4, 5)")  # right on the first only
+    text = feedback_text(play(with_feedback(get_task("mbpp")).environment, sample, wrong)[0])
+    assert "failed the public tests (they stop at the first failure)" in text
+    assert "Test: assert set(similar_elements((1, 2, 3, 4),(5, 4, 3, 7))) == set((3, 4))" in text
+    assert "AssertionError" in text
 
 
 def test_mbpp_plus_shows_only_the_prompts_assert_never_evalplus_inputs(copies):
