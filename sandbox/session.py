@@ -165,9 +165,10 @@ class PythonSession:
         return ToolOutcome(reply["status"], output, latency_s, truncated)
 
     def _replace(self, box: Sandbox) -> None:
-        """Kill `box` and start its successor in the background (the next call waits for it)."""
+        """Kill `box` and start its successor, both in the background (removing a container
+        takes seconds; the observation need not wait; the next call waits for the successor)."""
         self._box = None
-        box.kill()
+        threading.Thread(target=box.kill, name="tool-session-kill", daemon=True).start()
         if not self._closed:
             try:
                 self._pending = self._restart()
@@ -189,6 +190,15 @@ class PythonSession:
 
 def _sep(text: str) -> str:
     return "" if not text or text.endswith("\n") else "\n"
+
+
+def close_all(sessions: list[PythonSession]) -> None:
+    """Close sessions at once (removing a container takes seconds); returns when all are dead."""
+    threads = [threading.Thread(target=s.close, name="tool-session-close") for s in sessions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def _kill_result(future: Future) -> None:
@@ -227,6 +237,12 @@ class SessionPool:
         with self._lock:
             self._refill()
 
+    def warm_ready(self) -> int:
+        """How many warm sessions are started and waiting (failed starts not counted)."""
+        with self._lock:
+            futures = list(self._warm)
+        return sum(f.done() and not f.cancelled() and f.exception() is None for f in futures)
+
     def _start(self) -> Future:
         return self._spawner.submit(Sandbox.start, self.backend, self._sandbox_limits,
                                     float(self.limits.call_s), self.limits.capture_bytes)
@@ -235,29 +251,31 @@ class SessionPool:
         while not self._closed and len(self._warm) < self.warm:
             self._warm.append(self._start())
 
-    def _take(self) -> Future:
+    def _take(self, refill: bool = True) -> Future:
         """A warm start when one is ready or under way, else a new start."""
         with self._lock:
             if self._closed:
                 raise SessionFailed("the tool session pool is closed")
             future = self._warm.popleft() if self._warm else self._start()
-            self._refill()
+            if refill:
+                self._refill()
         return future
 
     def acquire(self) -> PythonSession:
         """A fresh started session; SessionFailed (saying why) when its sandbox cannot start."""
         for attempt in range(2):  # a failed warm start is retried once with a fresh one
             try:
-                box = self._take().result()
+                box = self._take(refill=False).result()
                 break
             except StartFailed as exc:
                 if attempt:
                     raise SessionFailed(f"the Python tool's sandbox could not start: "
                                         f"{exc}") from exc
         session = PythonSession(box, self.limits, self._take)
-        with self._lock:
+        with self._lock:  # refilled only now: the starts compete with this thread for the GIL
             closed = self._closed
             self._out.add(session)
+            self._refill()
         if closed:
             session.close()
             raise SessionFailed("the tool session pool is closed")
@@ -271,8 +289,7 @@ class SessionPool:
             handed = list(self._out)
         for future in warm:
             future.add_done_callback(_kill_result)
-        for session in handed:
-            session.close()
+        close_all(handed)
         self._spawner.shutdown(wait=False)
 
     def __enter__(self) -> SessionPool:

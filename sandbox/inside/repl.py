@@ -3,12 +3,12 @@
 Runs as `python3 -I -c <this source> CONFIG_JSON` in a sandbox that lives as long as one rollout.
 Frames: 4-byte big-endian length + UTF-8 JSON, read from the fd that was stdin at start and written
 to the fd that was stdout at start; both are moved to high close-on-exec fds first, then fd 0
-becomes /dev/null and fds 1 and 2 a fresh unlinked capture file per call, so whatever the code
-(or a subprocess) writes to fd 1 or 2 lands in the capture, never in a frame. Per call: the code
-runs in one persistent `__main__` namespace; a final bare expression's repr is printed when not
-None (as Jupyter does); a raise prints the traceback of the cell's own frames; SIGALRM after
-`call_s` raises `CallTimeout` (a BaseException) in the code. The reply carries the status
-(ok | error | timeout), the first `capture_bytes` of the capture and its full size.
+becomes /dev/null and fds 1 and 2 a fresh anonymous capture file (memfd) per call, so whatever the
+code (or a subprocess) writes to fd 1 or 2 lands in the capture, never in a frame. Per call: the
+code runs in one persistent `__main__` namespace; a final bare expression's repr is printed when
+not None (as Jupyter does); a raise prints the traceback of the cell's own frames; SIGALRM after
+`call_s` raises `CallTimeout` (a BaseException) in the code. The reply carries the status (ok |
+error | timeout), the first `capture_bytes` of the capture and its full size.
 When started as PID 1 (bwrap --as-pid-1) it forks: PID 1 only reaps orphans and exits with the
 interpreter's status, so daemons cannot fill the pids limit with zombies and the code cannot kill
 its own init. Not covered: code that ignores or blocks SIGALRM (the host kills the session after a
@@ -94,14 +94,19 @@ def setup(cfg):
 
 
 def fresh_capture(tmp):
-    """An unlinked file for one call's fds 1 and 2 (a daemon keeps only its own call's copy)."""
+    """A fresh anonymous file for one call's fds 1 and 2: a memfd (outside the tmpfs mounts, so
+    code that fills /tmp still shows its output; capped by RLIMIT_FSIZE and the memory limit),
+    else an unlinked file in `tmp`. A daemon keeps only its own call's copy."""
     try:
-        fd = os.open(tmp, os.O_TMPFILE | os.O_RDWR, 0o600)
-    except OSError:
-        import tempfile
+        fd = os.memfd_create("tool-output", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        try:
+            fd = os.open(tmp, os.O_TMPFILE | os.O_RDWR, 0o600)
+        except OSError:
+            import tempfile
 
-        fd, path = tempfile.mkstemp(dir=tmp)
-        os.unlink(path)
+            fd, path = tempfile.mkstemp(dir=tmp)
+            os.unlink(path)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     return fd
@@ -159,9 +164,9 @@ def run_cell(code, n, ns, call_s):
     except CallTimeout:
         return "timeout"
     except BaseException as exc:  # noqa: BLE001 - the code's own error is the observation
-        try:  # noqa: SIM105 - the alarm may still fire while the traceback is printed
+        try:  # noqa: SIM105 - the alarm may fire, or the capture be full (EFBIG), meanwhile
             print_error(exc, name)
-        except CallTimeout:
+        except BaseException:  # noqa: BLE001 - what was captured so far is the output
             pass
         return "error"
     return "ok"
@@ -184,6 +189,8 @@ def serve(cfg, frame_in, frame_out):
             status = run_cell(req["code"], n, ns, cfg["call_s"])
         except CallTimeout:  # the alarm fired between the code's end and its cancellation
             status = "timeout"
+        except BaseException:  # noqa: BLE001 - never let the code's mess end the interpreter
+            status = "error"
         size = os.fstat(capture).st_size
         data = os.pread(capture, cfg["capture_bytes"], 0)
         null = os.open(os.devnull, os.O_RDWR)
