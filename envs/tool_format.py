@@ -213,13 +213,12 @@ def _special_texts(tokenizer: Any) -> set[str]:
 def _chat_call(body: str, *, closed: bool) -> ToolCall:
     """One `<tool_call>` body as a ToolCall, or a MalformedCall saying what is valid."""
     valid = f"write {_CALL_SHAPE}"
-    if not closed:
-        return MalformedCall("", body, error=f"unfinished tool call (no </tool_call>): {valid}")
-    try:
+    try:  # an unclosed last call whose JSON is whole is still a call, as vLLM's hermes parser
         obj = json.loads(body, strict=False)  # a raw newline inside the code string is common
     except json.JSONDecodeError as exc:
-        return MalformedCall("", body, error=f"tool call is not valid JSON ({exc.msg} at "
-                                             f"char {exc.pos}): {valid}")
+        what = "is not valid JSON" if closed else "is unfinished (no </tool_call>)"
+        return MalformedCall("", body, error=f"tool call {what} ({exc.msg} at char "
+                                             f"{exc.pos}): {valid}")
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return MalformedCall("", body, error=f"tool call has no \"name\": {valid}")
     name, args = obj["name"], obj.get("arguments", {})

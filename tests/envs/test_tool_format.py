@@ -166,12 +166,38 @@ def test_chat_accepts_a_raw_newline_inside_the_code_string():
     ('<tool_call>\n{"name": "python", "arguments": {"source": "x"}}\n</tool_call>',
      'no "code" string argument'),
     ('<tool_call>\n["python"]\n</tool_call>', 'no "name"'),
-    ('<tool_call>\n{"name": "python", "arguments": {"code": "print(1)"}}', "unfinished"),
+    ('<tool_call>\n{"name": "python", "arguments": {"code": "pri', "is unfinished"),
 ])
 def test_chat_malformed_calls_say_what_is_wrong_and_the_valid_shape(text, says):
     (call,) = CHAT.parse(text)
     assert isinstance(call, MalformedCall)
     assert says in call.error and '"arguments": {"code": "..."}' in call.error
+
+
+HERMES_CASES = [
+    "Let me compute.\n" + _call_text("print(1234 * 5678)"),
+    _call_text("x = 3") + "\n" + _call_text("print(x ** 2)"),
+    '<tool_call>\n{"name": "python", "arguments": {"code": "print(2)"}}\n',  # unclosed, whole
+    '<tool_call>\n{"name": "python", "arguments": {"code": "print(\'\u00e9\')"}}\n</tool_call>',
+    '<tool_call>\n{"name": "python", "arguments": {"code": "print(1)"\n</tool_call>',  # bad JSON
+    "no call at all",
+]
+
+
+@pytest.mark.parametrize("text", HERMES_CASES)
+def test_chat_calls_are_those_vllms_hermes_parser_reads(chat_tok, text):
+    """Differential: vLLM's own Hermes parser (what a Qwen3 server runs with
+    --tool-call-parser hermes) finds the same calls, or, where it fails, we answer an error."""
+    from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
+
+    theirs = Hermes2ProToolParser(chat_tok).extract_tool_calls(text, None)
+    ours = CHAT.parse(text)
+    if theirs.tools_called:
+        assert ours == [ToolCall(c.function.name, json.loads(c.function.arguments)["code"])
+                        for c in theirs.tool_calls]
+    else:
+        assert all(isinstance(c, MalformedCall) for c in ours)
+        assert bool(ours) == ("<tool_call>" in text)
 
 
 # --- chat: token-exact deltas on a Qwen3-style template -----------------------------------------
