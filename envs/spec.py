@@ -116,10 +116,12 @@ def _resolve(spec_path: Path, data: str) -> str:
     return str(local) if local.exists() or not is_hub_id(data) else data
 
 
-def environment_from_spec(entry: Mapping[str, Any]) -> Environment | None:
+def environment_from_spec(entry: Mapping[str, Any],
+                          verifier_options: Mapping[str, Any] | None = None) -> Environment | None:
     """The environment a spec entry's `tools` / `feedback` keys ask for, with its `max_turns` and
-    `max_observation_chars`; None for a single-turn task. ValueError naming the key and what is
-    valid (KeyError for an environment not registered)."""
+    `max_observation_chars` (and, for feedback, the task's `verifier_options`: its public tests
+    run as its judge runs tests); None for a single-turn task. ValueError naming the key and
+    what is valid (KeyError for an environment not registered)."""
     tools, feedback = entry.get("tools"), entry.get("feedback")
     limits = {k: entry[k] for k in ("max_turns", "max_observation_chars") if k in entry}
     if tools is None and feedback is None:
@@ -143,14 +145,17 @@ def environment_from_spec(entry: Mapping[str, Any]) -> Environment | None:
             raise ValueError(f"'feedback: {feedback}' needs kind 'code' (its public tests run "
                              f"after each answer); kind is {entry.get('kind')!r}")
         name = FEEDBACK_ENVIRONMENTS[feedback]
+        if verifier_options is not None:
+            limits["verifier_options"] = dict(verifier_options)
     return environment_factory(name)(**limits)
 
 
 def task_from_entry(entry: Mapping[str, Any]) -> FileTask:
     kw = {k: entry[k] for k in OPTIONAL_KEYS
           if k in entry and k != "description" and k not in ENVIRONMENT_KEYS}
-    return FileTask(entry["name"], entry["kind"], entry["data"],
-                    environment=environment_from_spec(entry), **kw)
+    task = FileTask(entry["name"], entry["kind"], entry["data"], **kw)
+    task.environment = environment_from_spec(entry, task.verifier_options())
+    return task
 
 
 def register_spec_file(path: str | Path) -> list[str]:

@@ -99,3 +99,19 @@ def test_an_entry_point_plugin_task_keeps_its_environment(tmp_path, monkeypatch)
 def test_builtin_arith_tool_and_single_turn_tasks():
     assert isinstance(get_task("arith_tool").environment, PythonEnvironment)
     assert get_task("arith").environment is None
+
+
+def test_a_spec_code_task_with_feedback_runs_its_public_tests_as_its_judge_does(tmp_path):
+    """The spec's feedback environment carries the task's verifier options (its comparison
+    rule and limits), so `start` works as `with_feedback`'s does, with no options in the
+    context."""
+    from scalerl.envs.base import Sample
+    from scalerl.envs.environment import EnvContext
+    from scalerl.envs.spec import task_from_entry
+
+    task = task_from_entry({"name": "spec_code_fb", "kind": "code", "data": "rows.jsonl",
+                            "feedback": "tests", "max_turns": 2, "requires_thinking": True})
+    assert task.environment.verifier_options == task.verifier_options()
+    assert task.environment.verifier_options["requires_thinking"] is True
+    sample = Sample(id="1", task="spec_code_fb", prompt="p", tests={"stdio": []})
+    assert task.environment.start(sample, EnvContext())["grading"] is not None
