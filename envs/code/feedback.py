@@ -62,6 +62,7 @@ from scalerl.envs.environment import (
     register_environment,
 )
 from scalerl.envs.grading import DEFAULT_GRADING, Grading
+from scalerl.envs.played import PlayedTask
 from scalerl.envs.registry import lookup_task, register_task_prefix
 from scalerl.envs.task import Task
 from scalerl.sandbox.base import Limits
@@ -253,49 +254,16 @@ def _assertion(public: Mapping[str, Any], index: int, detail: str) -> str:
     return lines[line - 1].strip() if 0 < line <= len(lines) else source.strip()
 
 
-class FeedbackTask(Task):
-    """A task played with test feedback: the inner task's name, samples, judge, options and
-    data settings (`with_data`, `with_revision` keep the feedback), with `environment` a
-    `tests_feedback` environment carrying the inner task's verifier options."""
+class FeedbackTask(PlayedTask):
+    """A task played with test feedback (envs/played.py `PlayedTask`): the inner task's name,
+    samples, judge, options and data settings (`with_data`, `with_revision` keep the feedback),
+    with `environment` a `tests_feedback` environment carrying the inner task's verifier
+    options."""
 
-    def __init__(self, inner: Task, environment: TestsFeedback) -> None:
-        self.inner, self.environment = inner, environment
-        self.name, self.kind, self.splits = inner.name, inner.kind, inner.splits
-        self.options, self.requires_thinking = inner.options, inner.requires_thinking
-        self.declared_sizes, self.revision = inner.declared_sizes, inner.revision
-        self.source = (f"{inner.source}; test feedback, up to {environment.max_turns} answers"
-                       if inner.source else f"test feedback, up to {environment.max_turns} "
-                       "answers")
-
-    @property
-    def system_prompt(self) -> str | None:  # type: ignore[override]
-        return self.inner.system_prompt
-
-    @property
-    def duplicates(self) -> int:  # type: ignore[override]
-        return self.inner.duplicates
-
-    @property
-    def skipped(self) -> Any:  # type: ignore[override]
-        return self.inner.skipped
-
-    def build_splits(self) -> dict[str, tuple[Sample, ...]]:
-        return {split: self.inner.samples(split) for split in self.inner.splits}
-
-    def judge(self, sample: Sample, completion: str, grading: Grading) -> Any:
-        return self.inner.judge(sample, completion, grading)
-
-    def verifier_options(self) -> dict[str, Any]:
-        return self.inner.verifier_options()
-
-    def preflight(self, grading: Grading = DEFAULT_GRADING) -> str | None:
-        return self.inner.preflight(grading)
-
-    def with_data(self, path: str) -> FeedbackTask:
-        return FeedbackTask(self.inner.with_data(path), self.environment)
-
-    def with_revision(self, revision: str) -> FeedbackTask:
-        return FeedbackTask(self.inner.with_revision(revision), self.environment)
+    def __init__(self, inner: Task, environment: TestsFeedback, note: str = "",
+                 system_suffix: str | None = None) -> None:
+        super().__init__(inner, environment, note or f"test feedback, up to "
+                         f"{environment.max_turns} answers", system_suffix)
 
 
 def with_feedback(task: Task, max_turns: int = 3, **options: Any) -> FeedbackTask:

@@ -54,6 +54,33 @@ def add_engine_args(parser: argparse.ArgumentParser, *, servers: bool = True) ->
                    "Prometheus gauges at /metrics (default off)")
 
 
+def add_tool_args(parser: argparse.ArgumentParser) -> None:
+    """`--tools`, `--max-turns`, `--tool-format`: tool-integrated evaluation and generation."""
+    from scalerl.envs.played import TOOLS
+
+    g = parser.add_argument_group("tools (multi-turn; unset: every task as it is registered)")
+    g.add_argument("--tools", choices=TOOLS,
+                   help="run each task with this sandboxed tool between its turns (tool-"
+                   "integrated reasoning); a task with an environment of its own is refused")
+    g.add_argument("--max-turns", type=int, default=4,
+                   help="assistant turns at most with --tools (default 4)")
+    g.add_argument("--tool-format", choices=("auto", "chat", "plain"), default="auto",
+                   help="how tool calls are written: chat (the chat template's tools, e.g. "
+                   "Qwen3's <tool_call>), plain (a ```python block answered by ```output), auto "
+                   "(chat when the template renders tools; default)")
+
+
+def with_tool_args(args: argparse.Namespace, tasks: dict) -> dict:
+    """`tasks` (name -> Task) with `--tools` applied; ValueError (one line) on a bad value."""
+    from scalerl.envs.played import with_tools
+
+    if getattr(args, "tools", None) is None:
+        return dict(tasks)
+    if args.max_turns < 1:
+        raise ValueError(f"--max-turns must be >= 1, got {args.max_turns}")
+    return {name: with_tools(task, args.tools, args.max_turns) for name, task in tasks.items()}
+
+
 def add_grading_args(parser: argparse.ArgumentParser) -> None:
     from scalerl.sandbox.config import KNOWN_BACKENDS
 

@@ -29,11 +29,13 @@ from scalerl.commands.engine_args import (
     add_budget_args,
     add_engine_args,
     add_grading_args,
+    add_tool_args,
     engine_config,
     grading,
     override_budget,
     served_model,
     start_generator,
+    with_tool_args,
 )
 from scalerl.envs.grading import Grading
 from scalerl.evaluation.protocols import protocol_names
@@ -109,6 +111,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_budget_args(parser)
     add_engine_args(parser)
     add_grading_args(parser)
+    add_tool_args(parser)
 
 
 def parse_ks(text: str) -> tuple[int, ...]:
@@ -201,7 +204,7 @@ def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
     models = resolve_models(args.model)
     engine = engine_config(args, models[0].path, run_cfg.engine if run_cfg else None)
     settings = eval_settings(args, run_cfg, names, ks, engine.max_model_len)
-    objects = prompted_tasks(objects, settings.prompt)  # what the generator renders
+    objects = with_tool_args(args, prompted_tasks(objects, settings.prompt))  # as rendered
     fp32_head = args.fp32_head if args.fp32_head is not None else (
         run_cfg.policy.fp32_head if run_cfg else True)
     run_dir = run_dir_of(args.model)
@@ -244,7 +247,9 @@ def eval_settings(args, run_cfg, names: tuple[str, ...], ks: tuple[int, ...] | N
         top_p=args.top_p if args.top_p is not None else proto.top_p, seed=args.seed,
         budget=budgets[0][1], budgets=budgets, limit=args.limit, protocol=name,
         n_by_task=tuple((t, args.n or proto.n_of(t)) for t in names), notes=tuple(notes),
-        prompt=proto.prompt)
+        prompt=proto.prompt, tools=getattr(args, "tools", None),
+        max_turns=args.max_turns if getattr(args, "tools", None) else None,
+        tool_format=getattr(args, "tool_format", "auto"))
 
 
 def _fit(budget, max_model_len: int, task: str, notes: list[str]):
@@ -304,7 +309,8 @@ def run_models(args, plan: Plan) -> int:
 
     def make_generator(path: str):
         return start_generator(path, plan.engine, fp32_head=plan.fp32_head,
-                               scorer=Scorer(plan.tasks, plan.grading))
+                               scorer=Scorer(plan.tasks, plan.grading),
+                               tool_format=plan.settings.tool_format)
 
     try:
         found = contamination_of(plan)

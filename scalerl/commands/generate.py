@@ -24,11 +24,13 @@ from scalerl.commands.engine_args import (
     add_budget_args,
     add_engine_args,
     add_grading_args,
+    add_tool_args,
     engine_config,
     grading,
     model_of,
     override_budget,
     start_generator,
+    with_tool_args,
 )
 from scalerl.envs.base import dumps
 from scalerl.local_data import add_task_args
@@ -53,6 +55,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_budget_args(parser)
     add_engine_args(parser)
     add_grading_args(parser)
+    add_tool_args(parser)
 
 
 def summarize(rollouts: list, seconds: float) -> dict:
@@ -60,7 +63,14 @@ def summarize(rollouts: list, seconds: float) -> dict:
     reasons = collections.Counter(r.finish_reason for r in rollouts)
     statuses = collections.Counter(r.score.status for r in rollouts)
     sampled = sum(sum(lp is not None for lp in r.logprobs) for r in rollouts)
-    return {
+    turns = {}
+    if any(r.turns for r in rollouts):  # multi-turn: as eval reports them (rollout/heldout.py)
+        from scalerl.rollout.heldout import aggregate
+
+        overall = aggregate(rollouts).overall
+        turns = {"turns_mean": overall.turns_mean, "tool_calls_mean": overall.tool_calls_mean,
+                 "tool_error_frac": overall.tool_error_frac}
+    return turns | {
         "rollouts": n, "pass_rate": statuses["correct"] / n if n else 0.0,
         "statuses": dict(statuses),
         "interrupted_frac": sum(r.interrupted for r in rollouts) / n if n else 0.0,
@@ -106,6 +116,7 @@ def prepare(args: argparse.Namespace):
     note = unused_note("generate", sources, [args.task])
     if note:
         print(note, file=sys.stderr)
+    task = with_tool_args(args, {args.task: task})[args.task]
     check_tasks([task], grading(args))
     samples = eval_samples(task, args.split, args.limit)
     budget = override_budget(args, DEFAULT_BUDGET)
@@ -122,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         task, samples, budget, model, config = prepare(args)
         gen = start_generator(model, config, fp32_head=args.fp32_head is not False,
-                              scorer=Scorer([task], grading(args)))
+                              scorer=Scorer([task], grading(args)), tool_format=args.tool_format)
     except PreflightError as exc:
         print(exc.lines("generate"), file=sys.stderr)
         return PREFLIGHT_EXIT
@@ -143,5 +154,8 @@ def run(args: argparse.Namespace) -> int:
               f"truncated {summary['truncated_frac']:.3f}")
         print(f"  {summary['sampled_tokens']} sampled tokens in {summary['seconds']} s = "
               f"{summary['tokens_per_s']} tokens/s")
+        if "turns_mean" in summary:
+            print(f"  turns {summary['turns_mean']:.2f}  tool calls "
+                  f"{summary['tool_calls_mean']:.2f}  failed calls {summary['tool_error_frac']}")
         print(f"  engine memory (MiB): {summary['engine_memory_mb']}")
     return 0

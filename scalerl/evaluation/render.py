@@ -81,6 +81,7 @@ def settings_lines(s: dict[str, Any]) -> list[str]:
     lines = [f"Protocol **{protocol}**: temperature {s['temperature']}, top-p {s.get('top_p', 1.0)}"
              f", seed {s['seed']}, prompt style `{s.get('prompt', 'task')}`"
              + (f", {s['limit']} evenly spaced samples per task" if s["limit"] else "") + ".", "",
+             tools_line(s.get("tools")), "",
              "| task | n | thinking budget | answer budget | max tokens |", "|---|---|---|---|---|"]
     for t in s["tasks"]:
         b = s["budgets"][t]
@@ -88,6 +89,15 @@ def settings_lines(s: dict[str, Any]) -> list[str]:
                      f"| {b['answer']} | {_fmt(b['total'])} |")
     lines += [""] + [f"- {n}" for n in s.get("notes", [])]
     return lines
+
+
+def tools_line(tools: dict[str, Any] | None) -> str:
+    """Whether the tasks were given a tool (`--tools`), and how."""
+    if not tools:
+        return ("Tools: off (each task as registered; a task with an environment of its own is "
+                "multi-turn, see its turns).")
+    return (f"Tools: **{tools['tool']}** on every task, sandboxed, up to {tools['max_turns']} "
+            f"assistant turns, calls written in the `{tools['format']}` convention.")
 
 
 def contamination_lines(c: dict[str, Any] | None) -> list[str]:

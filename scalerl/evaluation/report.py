@@ -24,7 +24,7 @@ from typing import Any
 from scalerl.envs.base import dumps
 from scalerl.envs.task import Task
 from scalerl.evaluation.render import task_table, write_report  # noqa: F401 - part of this API
-from scalerl.models import resolve_model
+from scalerl.models import TINY_MODELS, resolve_model
 from scalerl.rollout.heldout import (
     EvalReport,
     Record,
@@ -100,10 +100,10 @@ def resolve_models(paths: Sequence[str]) -> list[ModelRef]:
             refs += [ModelRef(str(s), _step_of(s), f"{s.parent.name}/{s.name}") for s in steps]
         elif p.exists():
             refs.append(ModelRef(str(p), _step_of(p), p.name))
-        elif raw.startswith((".", "/", "~")) or (raw != "tiny" and raw.count("/") != 1):
+        elif raw.startswith((".", "/", "~")) or (raw not in TINY_MODELS and raw.count("/") != 1):
             raise EvalInputError(f"{raw}: no such model directory (give a local HF model dir, a "
                                  "run dir, its checkpoints/ folder, a hub id org/name, or tiny)")
-        else:  # `tiny`, or a hub id's snapshot in the HF cache: the one resolver (models.py)
+        else:  # a tiny model, or a hub id's snapshot in the HF cache: the one resolver (models.py)
             try:
                 refs.append(ModelRef(resolve_model(raw), None, raw))
             except ModelNotFoundError as exc:
@@ -154,6 +154,12 @@ class EvalSettings:
     prompt: str = "task"
     """The prompt style samples are put with (scalerl/evaluation/prompts.py; `task`: each
     task's own), recorded in the report and part of the cache key."""
+    tools: str | None = None
+    """The tool every task was given (`--tools python`: tool-integrated), None: the tasks as
+    registered (a task with an environment of its own is multi-turn either way)."""
+    max_turns: int | None = None
+    tool_format: str = "auto"
+    """How tool calls are written (auto | chat | plain), part of the cache key with tools."""
 
     def budget_for(self, task: str) -> Budget:
         return dict(self.budgets).get(task, self.budget)
@@ -169,6 +175,9 @@ class EvalSettings:
                "budget": dataclasses.asdict(self.budget_for(task))}
         if self.prompt != "task":  # the tasks' own prompts keep the keys they always had
             key["prompt"] = self.prompt
+        if self.tools is not None:  # so do runs without --tools
+            key["tools"] = {"tool": self.tools, "max_turns": self.max_turns,
+                            "format": self.tool_format}
         return key
 
     def key(self, task: str) -> str:
@@ -183,6 +192,8 @@ class EvalSettings:
                 "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed,
                 "n_by_task": {t: self.n_for(t) for t in self.tasks},
                 "budgets": {t: dataclasses.asdict(self.budget_for(t)) for t in self.tasks},
+                "tools": None if self.tools is None else {
+                    "tool": self.tools, "max_turns": self.max_turns, "format": self.tool_format},
                 "notes": list(self.notes)}
 
 
