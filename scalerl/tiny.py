@@ -4,7 +4,10 @@
 model.safetensors, tokenizer.json, chat template, generation_config.json) loadable by transformers
 and vLLM, building it on first use and caching it under `$SCALERL_CACHE/tiny/<recipe hash>`
 (default `~/.cache/scalerl`). The build is deterministic: same recipe and task data, same hash.
-It does not run RL or vLLM; the held-out check sampled here uses Hugging Face generation.
+Two models are named (`TINY_MODELS`): `tiny`, the default every test uses, and `tiny-tools`, whose
+warm start adds `arith_tool` tool-use traces in the `plain` format and some direct answers
+(scalerl/tiny_tools.py), the tool's output masked out of the loss. It does not run RL or vLLM;
+the held-out check sampled here uses Hugging Face generation (without tools).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -94,6 +97,20 @@ class TinyRecipe:
     by a uniformly drawn digit (see `add_digit_noise`)."""
     noise_tasks: tuple[str, ...] = ("arith",)
     """Tasks whose warm-start solutions get `digit_noise`."""
+    tool_tasks: tuple[tuple[str, int], ...] = ()
+    """(task, number of train samples) warm-started as tool-use traces (`plain` format; the task's
+    samples need meta `code`, as arith_tool's have), drawn evenly from the train split."""
+    direct_frac: float = 0.0
+    """Share of the `tool_tasks` samples answered directly instead, without the tool."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.direct_frac <= 1.0:
+            raise ValueError(f"TinyRecipe.direct_frac must be in [0, 1], got {self.direct_frac}")
+
+
+ADDED_FIELDS: dict[str, object] = {"tool_tasks": (), "direct_frac": 0.0}
+"""Recipe fields added after the default model was first built, with their off values: hashed
+only when set, so the default recipe's hash (its cache directory) is unchanged."""
 
 
 def build_tokenizer():
@@ -151,9 +168,14 @@ def add_digit_noise(text: str, rate: float, rng: random.Random) -> str:
                    for c in text)
 
 
-def warm_start_texts(recipe: TinyRecipe) -> list[tuple[list[dict[str, str]], str]]:
+Solution = str | tuple[tuple[str, bool], ...]
+"""A completion: plain text (all trained), or (text, trained) segments (a tool-use trace)."""
+
+
+def warm_start_texts(recipe: TinyRecipe) -> list[tuple[list[dict[str, str]], Solution]]:
     """(prompt messages, solution) pairs from each task's train split, in a fixed order; the
-    solutions of `recipe.noise_tasks` get `recipe.digit_noise` (seeded by `recipe.seed`)."""
+    solutions of `recipe.noise_tasks` get `recipe.digit_noise` (seeded by `recipe.seed`); then
+    the `recipe.tool_tasks` traces (see `tool_pairs`)."""
     from scalerl.envs.catalog import get_task
 
     rng = random.Random(f"digit-noise:{recipe.seed}")
@@ -171,13 +193,40 @@ def warm_start_texts(recipe: TinyRecipe) -> list[tuple[list[dict[str, str]], str
             if name in recipe.noise_tasks:
                 solution = add_digit_noise(solution, recipe.digit_noise, rng)
             pairs.append((s.messages(task.system_prompt), solution))
+    return pairs + tool_pairs(recipe)
+
+
+def tool_pairs(recipe: TinyRecipe) -> list[tuple[list[dict[str, str]], Solution]]:
+    """For each `recipe.tool_tasks` entry, `count` train samples spread evenly over the split
+    (every level), each a `plain` tool-use trace or, with probability `direct_frac` (seeded), a
+    direct answer."""
+    from scalerl.envs.catalog import get_task
+    from scalerl.tiny_tools import direct_answer, tool_trace
+
+    tok = build_tokenizer() if recipe.tool_tasks else None
+    rng = random.Random(f"direct:{recipe.seed}")
+    pairs: list[tuple[list[dict[str, str]], Solution]] = []
+    for name, count in recipe.tool_tasks:
+        task = get_task(name)
+        train = list(task.samples("train"))
+        if not 0 < count <= len(train):
+            raise ValueError(f"tiny recipe wants {count} tool traces of {name!r}; the task has "
+                             f"{len(train)} train samples")
+        for k in range(count):
+            s = train[k * len(train) // count]
+            direct = rng.random() < recipe.direct_frac
+            pairs.append((s.messages(task.system_prompt),
+                          direct_answer(s) if direct else tool_trace(s, tok)))
     return pairs
 
 
-def recipe_hash(recipe: TinyRecipe, pairs: Sequence[tuple[list[dict], str]]) -> str:
-    """Hash of the recipe, the build code version, the charset and the training data."""
+def recipe_hash(recipe: TinyRecipe, pairs: Sequence[tuple[list[dict], Solution]]) -> str:
+    """Hash of the recipe (`ADDED_FIELDS` only when set), the build code version, the charset
+    and the training data."""
+    fields = {k: v for k, v in asdict(recipe).items()
+              if k not in ADDED_FIELDS or v != ADDED_FIELDS[k]}
     h = hashlib.sha256()
-    h.update(json.dumps([RECIPE_VERSION, asdict(recipe), byte_alphabet(), CHAT_TEMPLATE],
+    h.update(json.dumps([RECIPE_VERSION, fields, byte_alphabet(), CHAT_TEMPLATE],
                         sort_keys=True).encode())
     for messages, solution in pairs:
         h.update(json.dumps([messages, solution], sort_keys=True).encode())
@@ -238,11 +287,7 @@ def _train_and_save(recipe: TinyRecipe, pairs, out: Path, *, log) -> dict:
     start = time.perf_counter()
     tok = build_tokenizer()
     model = build_model(recipe, len(tok), tok.eos_token_id, tok.pad_token_id)
-    examples = [
-        SFTExample(tuple(prompt_ids(tok, msgs)),
-                   tuple(tok(sol, add_special_tokens=False).input_ids + [tok.eos_token_id]))
-        for msgs, sol in pairs
-    ]
+    examples = [sft_example(tok, msgs, sol) for msgs, sol in pairs]
 
     def on_step(step: int, loss: float) -> None:
         if step % 50 == 0 or step == recipe.sft.steps - 1:
@@ -267,6 +312,18 @@ def _train_and_save(recipe: TinyRecipe, pairs, out: Path, *, log) -> dict:
     }
 
 
+def sft_example(tok, messages: list[dict[str, str]], solution: Solution) -> SFTExample:
+    """The tokenized pair; a segmented solution keeps its untrained tokens out of the loss."""
+    prompt = tuple(prompt_ids(tok, messages))
+    if isinstance(solution, str):
+        return SFTExample(prompt, tuple(tok(solution, add_special_tokens=False).input_ids
+                                        + [tok.eos_token_id]))
+    from scalerl.tiny_tools import segment_ids
+
+    ids, mask = segment_ids(tok, solution, tok.eos_token_id)
+    return SFTExample(prompt, ids, completion_mask=mask)
+
+
 @torch.no_grad()
 def sampled_pass_rate(model, tokenizer, task_name: str, *, limit: int = 300, seed: int = 0,
                       temperature: float = 1.0, max_new_tokens: int = 96) -> float:
@@ -286,3 +343,25 @@ def sampled_pass_rate(model, tokenizer, task_name: str, *, limit: int = 300, see
     texts = tokenizer.batch_decode(out[:, batch.input_ids.shape[1]:], skip_special_tokens=True)
     correct = sum(task.score(s, t).correct for s, t in zip(samples, texts, strict=True))
     return correct / max(1, len(samples))
+
+
+def tools_recipe() -> TinyRecipe:
+    """`tiny-tools`: the default's warm start plus 2,000 arith_tool problems (400 per level),
+    a fifth of them answered directly without the tool, so that the same model without tools is
+    a real baseline (it must then compute a 7-12 digit result itself)."""
+    return TinyRecipe(tool_tasks=(("arith_tool", 2000),), direct_frac=0.2,
+                      check_tasks=("arith", "arith_tool"))
+
+
+TINY_MODELS: dict[str, Callable[[], TinyRecipe]] = {
+    "tiny": lambda: TinyRecipe(),
+    "tiny-tools": tools_recipe,
+}
+"""The tiny models by name (`scalerl.models.resolve_model` resolves these names)."""
+
+
+def tiny_recipe(name: str) -> TinyRecipe:
+    """The recipe of tiny model `name`; ValueError naming the known ones."""
+    if name not in TINY_MODELS:
+        raise ValueError(f"unknown tiny model {name!r}; known: {', '.join(TINY_MODELS)}")
+    return TINY_MODELS[name]()

@@ -1,4 +1,4 @@
-"""`scalerl tiny [--out DIR] [--json] [--force]`: build (or find cached) the tiny CPU model.
+"""`scalerl tiny [--model NAME] [--out DIR] [--json] [--force]`: build (or find) a tiny CPU model.
 
 Prints the model directory; with `--json`, one object `{"path": ..., "hash": ..., ...}`. The
 build itself lives in `scalerl.tiny`; this module only parses arguments and prints.
@@ -15,6 +15,11 @@ HELP = "build (or find cached) the tiny CPU model: Qwen2 + byte tokenizer + SFT 
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from scalerl.models import TINY_MODELS
+
+    parser.add_argument("--model", default="tiny", choices=TINY_MODELS,
+                        help="which tiny model: tiny (default), or tiny-tools (its warm start "
+                        "adds arith_tool tool-use traces)")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="write the model here instead of the cache "
                         "($SCALERL_CACHE/tiny/<recipe hash>, default ~/.cache/scalerl)")
@@ -23,11 +28,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scalerl.tiny import ensure_tiny
+    from scalerl.tiny import ensure_tiny, tiny_recipe
 
     start = time.perf_counter()
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
-    path = ensure_tiny(out=args.out, force=args.force, log=log)
+    path = ensure_tiny(tiny_recipe(args.model), out=args.out, force=args.force, log=log)
     info = json.loads((path / "tiny.json").read_text())
     if args.json:
         print(json.dumps({"path": str(path), "hash": info.get("hash"),

@@ -233,7 +233,9 @@ def config_dir(model: str) -> str:
     id's (that one file fetched, or read from the Hugging Face cache)."""
     from pathlib import Path
 
-    if model == "tiny":
+    from scalerl.models import TINY_MODELS
+
+    if model in TINY_MODELS:
         from scalerl.models import resolve_model
 
         return resolve_model(model)
