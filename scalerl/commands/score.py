@@ -1,11 +1,14 @@
 """`scalerl score [FILE|-]`: score model outputs offline, JSONL in, JSONL out, in input order.
 
 A row is `{"id", "kind", "completion", <the kind's gold field>}` or `{"id", "task", "sample_id",
-"completion"}`. Rows are scored by a thread pool calling the kind's (or task's) score function
-(math goes through the verifier process pool, code through the sandbox) and each output row is
-written and flushed as soon as it and every earlier row are done, so an interrupted run keeps
-what it scored. A malformed row stops the run (after earlier rows are written) with exit 2, or is
-reported and skipped with `--skip-bad`. The summary goes to stderr.
+"completion"}`; for a task with an environment (tools, test feedback), `"turns": [assistant text,
+...]` instead of the completion: the environment is replayed (scalerl/replay.py: its tool calls
+really run in the sandbox) and the row gets the observations it gave (`messages`, `tool_calls`,
+`turns_played`, `ended`) beside the verdict. Rows are scored by a thread pool calling the kind's
+(or task's) score function (math goes through the verifier process pool, code through the sandbox)
+and each output row is written and flushed as soon as it and every earlier row are done, so an
+interrupted run keeps what it scored. A malformed row stops the run (after earlier rows are
+written) with exit 2, or is reported and skipped with `--skip-bad`. The summary goes to stderr.
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ class Job:
 
     line: int
     id: Any
-    score: Callable[[], Score]
+    score: Callable[[], Score | tuple[Score, dict[str, Any]]]
+    """The verdict, or (verdict, extra output fields) for a replayed multi-turn row."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +58,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=4, help="rows scored concurrently (4)")
     parser.add_argument("--skip-bad", action="store_true",
                         help="report malformed rows on stderr and skip them instead of stopping")
+    parser.add_argument("--tool-format", choices=("plain", "chat"), default="plain",
+                        help="how the tool calls in \"turns\" rows are written (default plain: "
+                        "a ```python block answered by ```output; chat: <tool_call> JSON)")
     add_task_args(parser)
 
 
@@ -62,9 +69,28 @@ class Resolver:
     """Turns rows into Jobs; caches each task's sample index (id -> Sample). `sources`: local
     copies and hub revisions by task (or family) name, as `--data`/`--revision` give them."""
 
-    def __init__(self, sources: Sources | None = None) -> None:
+    def __init__(self, sources: Sources | None = None, tool_format: str = "plain") -> None:
         self._index: dict[str, dict[str, Sample]] = {}
         self._sources = sources or Sources()
+        self._tool_format = tool_format
+        self._context: Any = None
+
+    def context(self) -> Any:
+        """The environments' context for replayed rows, made at the first one: tool sessions
+        in this machine's sandbox (a pool started at the first tool call)."""
+        if self._context is None:
+            from scalerl.envs.environment import EnvContext
+            from scalerl.envs.tool_format import tool_format
+            from scalerl.rollout.episode import LazySessions
+
+            self._context = EnvContext(sessions=LazySessions(DEFAULT_GRADING.sandbox),
+                                       tool_format=tool_format(self._tool_format),
+                                       options={"grading": DEFAULT_GRADING})
+        return self._context
+
+    def close(self) -> None:
+        if self._context is not None:
+            self._context.sessions.close()
 
     def job(self, text: str, line: int) -> Job:
         try:
@@ -75,7 +101,14 @@ class Resolver:
             raise BadRow(f"expected a JSON object, got {type(row).__name__}")
         if row.get("id") is None:
             raise BadRow('missing "id"')
-        if not isinstance(row.get("completion"), str):
+        turns = row.get("turns")
+        if turns is not None:
+            if not (isinstance(turns, list) and turns and all(isinstance(t, str) for t in turns)):
+                raise BadRow('"turns" must be a non-empty list of strings (the assistant turns)')
+            if "task" not in row:
+                raise BadRow('a "turns" row needs "task" and "sample_id" (a task with an '
+                             'environment)')
+        elif not isinstance(row.get("completion"), str):
             raise BadRow('"completion" must be a string')
         if "task" in row:
             return self._task_job(row, line)
@@ -100,8 +133,24 @@ class Resolver:
         sample = self._index[name].get(str(sample_id))
         if sample is None:
             raise BadRow(f"task {name!r} has no sample {str(sample_id)!r}")
+        if "turns" in row:
+            return self._replay_job(row, line, task, sample)
         completion = row["completion"]
         return Job(line, row["id"], lambda: task.score(sample, completion, DEFAULT_GRADING))
+
+    def _replay_job(self, row: Mapping[str, Any], line: int, task: Any, sample: Sample) -> Job:
+        from scalerl.replay import replay
+
+        if task.environment is None:
+            raise BadRow(f'task {task.name!r} has no environment: "turns" rows are for multi-'
+                         'turn tasks (tools, test feedback); give "completion"')
+        turns, context = list(row["turns"]), self.context()
+
+        def score() -> tuple[Score, dict[str, Any]]:
+            verdict, replayed = replay(task, sample, turns, context, DEFAULT_GRADING)
+            return verdict, replayed.to_dict()
+
+        return Job(line, row["id"], score)
 
 
 def _kind_job(row: Mapping[str, Any], line: int) -> Job:
@@ -127,14 +176,17 @@ def _kind_job(row: Mapping[str, Any], line: int) -> Job:
 def run_job(job: Job) -> dict[str, Any]:
     """The output row for one job. A score function that raises is an `error` row, not a 0."""
     t0 = time.monotonic()
+    extra: dict[str, Any] = {}
     try:
         score = job.score()
+        if isinstance(score, tuple):
+            score, extra = score
     except Exception as exc:  # the verifier's own failure is reported as status `error`
         score = Score("error", truncate(f"{type(exc).__name__}: {exc}"))
     return {
         "id": job.id, "status": score.status, "reward": REWARDS(score.status),
         "detail": score.detail, "latency_s": round(time.monotonic() - t0, 6),
-    }
+    } | extra
 
 
 # --- the ordered streaming loop -----------------------------------------------------------------
@@ -165,7 +217,7 @@ def _writer(
 
 def score_lines(
     lines: Iterable[str], out: IO[str], err: IO[str], *, workers: int, skip_bad: bool,
-    sources: Sources | None = None,
+    sources: Sources | None = None, tool_format: str = "plain",
 ) -> tuple[collections.Counter, int, str | None]:
     """(counts by status, rows skipped, the fatal `line N: ...` message or None)."""
     counts: collections.Counter = collections.Counter()
@@ -176,7 +228,7 @@ def score_lines(
         target=_writer, args=(futures, out, counts, failed, stop), daemon=True
     )
     writer.start()
-    resolver, skipped, fatal = Resolver(sources), 0, None
+    resolver, skipped, fatal = Resolver(sources, tool_format), 0, None
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="score")
     try:
         for n, text in enumerate(lines, start=1):
@@ -197,8 +249,10 @@ def score_lines(
     except BaseException:  # Ctrl-C: drop queued rows; rows already written stay written
         stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
+        resolver.close()
         raise
     pool.shutdown(wait=True)
+    resolver.close()
     return counts, skipped, fatal or (failed[0] if failed else None)
 
 
@@ -224,8 +278,8 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     try:
         counts, skipped, fatal = score_lines(
-            src, out, sys.stderr, workers=args.workers, skip_bad=args.skip_bad, sources=sources
-        )
+            src, out, sys.stderr, workers=args.workers, skip_bad=args.skip_bad, sources=sources,
+            tool_format=args.tool_format)
     finally:
         for f in (src, out):
             if f not in (sys.stdin, sys.stdout):
