@@ -76,9 +76,11 @@ def _launch_bwrap(limits: Limits, call_s: float, capture_bytes: int) -> Launched
         raise
 
     def kill() -> None:
+        members = _suppressed_pids(cg.pids)
         cg.kill()
         _reap(proc)
         cg.remove()
+        _wait_gone(members)  # a namespace's init leaves the cgroup before it is done exiting
 
     def death() -> str:
         with contextlib.suppress(OSError, ValueError):
@@ -155,6 +157,23 @@ def _reap(proc: subprocess.Popen) -> None:
     for f in (proc.stdin, proc.stdout, proc.stderr):
         with contextlib.suppress(OSError):
             f.close()
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 5.0) -> None:
+    """Return once none of `pids` is running (zombies count as gone), or after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while (left := _running(pids)) and time.monotonic() < deadline:
+        time.sleep(0.005)
+        pids = left
+
+
+def _running(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError):
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                out.append(pid)
+    return out
 
 
 def _suppressed_pids(fn: Callable[[], list[int]]) -> list[int]:

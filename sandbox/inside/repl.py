@@ -28,6 +28,9 @@ import traceback
 import types
 
 FRAME_FD_MIN = 60
+NULL_FD, CAPTURE_FD = 58, 59
+"""/dev/null, and the current call's capture: fixed fds, so the REPL needs no free fd after a call
+(code may keep every fd it can open)."""
 RLIMITS = {"nofile": resource.RLIMIT_NOFILE, "fsize": resource.RLIMIT_FSIZE,
            "as": resource.RLIMIT_AS, "nproc": resource.RLIMIT_NPROC, "core": resource.RLIMIT_CORE}
 
@@ -83,9 +86,11 @@ def setup(cfg):
     frame_in = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, FRAME_FD_MIN)
     frame_out = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, FRAME_FD_MIN)
     null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
+    for fd in (0, 1, 2, NULL_FD, CAPTURE_FD):
         os.dup2(null, fd)
     os.close(null)
+    for fd in (NULL_FD, CAPTURE_FD):
+        os.set_inheritable(fd, False)
     for name, value in cfg.get("rlimits", {}).items():
         resource.setrlimit(RLIMITS[name], (value, value))
     os.chdir(cfg["cwd"])
@@ -94,22 +99,20 @@ def setup(cfg):
 
 
 def fresh_capture(tmp):
-    """A fresh anonymous file for one call's fds 1 and 2: a memfd (outside the tmpfs mounts, so
-    code that fills /tmp still shows its output; capped by RLIMIT_FSIZE and the memory limit),
-    else an unlinked file in `tmp`. A daemon keeps only its own call's copy."""
+    """Point fds 1 and 2 (and CAPTURE_FD) at a fresh anonymous file for one call: a memfd (outside
+    the tmpfs mounts, so code that fills /tmp still shows its output; capped by RLIMIT_FSIZE and
+    the memory limit), else an unlinked file in `tmp`. CAPTURE_FD is closed first, so this works
+    even when the code holds every other fd it may open. A daemon keeps its own call's copy."""
+    os.close(CAPTURE_FD)
     try:
         fd = os.memfd_create("tool-output", os.MFD_CLOEXEC)
     except (AttributeError, OSError):
-        try:
-            fd = os.open(tmp, os.O_TMPFILE | os.O_RDWR, 0o600)
-        except OSError:
-            import tempfile
-
-            fd, path = tempfile.mkstemp(dir=tmp)
-            os.unlink(path)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    return fd
+        fd = os.open(tmp, os.O_TMPFILE | os.O_RDWR, 0o600)
+    if fd != CAPTURE_FD:
+        os.dup2(fd, CAPTURE_FD)
+        os.close(fd)
+    os.dup2(CAPTURE_FD, 1)
+    os.dup2(CAPTURE_FD, 2)
 
 
 def text_stream(fd):
@@ -172,6 +175,23 @@ def run_cell(code, n, ns, call_s):
     return "ok"
 
 
+def call(req, n, ns, cfg):
+    """One call: capture on, run, capture off; the reply frame."""
+    fresh_capture(cfg["tmp"])
+    sys.stdout, sys.stderr = text_stream(1), text_stream(2)
+    try:
+        status = run_cell(req["code"], n, ns, cfg["call_s"])
+    except CallTimeout:  # the alarm fired between the code's end and its cancellation
+        status = "timeout"
+    except BaseException:  # noqa: BLE001 - never let the code's mess end the interpreter
+        status = "error"
+    size = os.fstat(CAPTURE_FD).st_size
+    data = os.pread(CAPTURE_FD, cfg["capture_bytes"], 0)
+    for fd in (1, 2, CAPTURE_FD):
+        os.dup2(NULL_FD, fd)
+    return {"status": status, "output": data.decode("utf-8", "replace"), "bytes": size}
+
+
 def serve(cfg, frame_in, frame_out):
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
@@ -183,23 +203,12 @@ def serve(cfg, frame_in, frame_out):
         if req is None:
             os._exit(0)
         n += 1
-        capture = fresh_capture(cfg["tmp"])
-        sys.stdout, sys.stderr = text_stream(1), text_stream(2)
         try:
-            status = run_cell(req["code"], n, ns, cfg["call_s"])
-        except CallTimeout:  # the alarm fired between the code's end and its cancellation
-            status = "timeout"
-        except BaseException:  # noqa: BLE001 - never let the code's mess end the interpreter
-            status = "error"
-        size = os.fstat(capture).st_size
-        data = os.pread(capture, cfg["capture_bytes"], 0)
-        null = os.open(os.devnull, os.O_RDWR)
-        os.dup2(null, 1)
-        os.dup2(null, 2)
-        os.close(null)
-        os.close(capture)
-        send(frame_out, {"status": status, "output": data.decode("utf-8", "replace"),
-                         "bytes": size})
+            reply = call(req, n, ns, cfg)
+        except Exception as exc:  # noqa: BLE001 - said in the reply, not a silent death
+            reply = {"status": "error", "bytes": 0,
+                     "output": f"the tool's interpreter could not run the call: {exc!r}"}
+        send(frame_out, reply)
 
 
 if __name__ == "__main__":
