@@ -2,6 +2,9 @@
 
 The baseline is the same program run as a bare `python3 -I -c` subprocess (no isolation), with the
 same concurrency, measured in interleaved rounds in the same run so machine load hits both alike.
+Beside each backend's single runs: tool calls per second on warm tool sessions (sandbox/session.py,
+one persistent interpreter per worker, the same computation as a call) in the same rounds, their
+ratio to the single runs, and one session's cold start (`bwrap-cold` shares bwrap's sessions).
 Also reports the grader's resident memory before and after `--rss-runs` sandboxed programs (a
 leak in the grader would show there). Not measured: docker container start (the pool is warmed
 first; `docker_cold_start_s` reports one start separately).
@@ -20,6 +23,8 @@ from pathlib import Path
 from scalerl.benches import positive_int
 
 PROGRAM = "import sys\nn = int(sys.stdin.read())\nprint(sum(i * i for i in range(n)))\n"
+TOOL_CODE = "n = 1000\nprint(sum(i * i for i in range(n)))\n"
+"""PROGRAM as a tool call (the session has no stdin)."""
 STDIN = b"1000"
 EXPECTED = str(sum(i * i for i in range(1000))).encode() + b"\n"
 
@@ -72,11 +77,61 @@ def _sandboxed(backend):
     return one
 
 
+def _tool_calls(pool, workers: int):
+    """A function running TOOL_CODE on one of `workers` warm sessions of `pool` (each used by one
+    thread at a time; closing the pool closes them)."""
+    import queue
+
+    sessions: queue.SimpleQueue = queue.SimpleQueue()
+    opened = [pool.acquire() for _ in range(workers)]
+    for session in opened:
+        sessions.put(session)
+
+    def one(_: int) -> bool:
+        session = sessions.get()
+        try:
+            out = session.run(TOOL_CODE)
+        finally:
+            sessions.put(session)
+        return out.status == "ok" and out.output.encode() == EXPECTED
+    return one
+
+
+def _session_cold_start_s(name: str) -> float:
+    from scalerl.sandbox.session import SessionLimits
+    from scalerl.sandbox.session_launch import Sandbox
+
+    limits = SessionLimits(call_s=30)
+    start = time.perf_counter()
+    box = Sandbox.start(name, limits.sandbox_limits(), limits.call_s, limits.capture_bytes)
+    took = time.perf_counter() - start
+    box.kill()
+    return round(took, 3)
+
+
 def measure(names: list[str], n: int, workers: int, rounds: int) -> dict:
-    from scalerl.sandbox import get_backend
+    from scalerl.sandbox import SandboxConfig, get_backend
+    from scalerl.sandbox.session import SessionLimits, SessionPool
 
     backends = {name: get_backend(name) for name in names}
     fns = {"baseline": _bare_one, **{k: _sandboxed(b) for k, b in backends.items()}}
+    tool_names = [k for k in names if k != "bwrap-cold" or "bwrap" not in names]
+    pools = {k: SessionPool(SandboxConfig(backend=k), SessionLimits(call_s=30), warm=0)
+             for k in tool_names}
+    try:
+        for k, pool in pools.items():
+            fns[f"tool:{k}"] = _tool_calls(pool, workers)
+        out = _measure_rounds(fns, backends, n, workers, rounds)
+    finally:
+        for pool in pools.values():
+            pool.close()
+    for k in tool_names:
+        row = out["backends"][k]
+        row["session_cold_start_s"] = _session_cold_start_s(k)
+    return out
+
+
+def _measure_rounds(fns: dict, backends: dict, n: int, workers: int, rounds: int) -> dict:
     for fn in fns.values():  # warm-up: docker containers, page cache, cgroup parents
         _timed(fn, workers, workers)
     totals = {k: [0.0, 0] for k in fns}
@@ -93,6 +148,11 @@ def measure(names: list[str], n: int, workers: int, rounds: int) -> dict:
         rate = per_round * rounds / totals[key][0]
         out["backends"][key] = {"runs_per_s": round(rate, 2), "ratio": round(rate / base, 3),
                                 "correct": totals[key][1]}
+        if f"tool:{key}" in totals:
+            calls = per_round * rounds / totals[f"tool:{key}"][0]
+            out["backends"][key].update(tool_calls_per_s=round(calls, 2),
+                                        tool_vs_runs=round(calls / rate, 2),
+                                        tool_correct=totals[f"tool:{key}"][1])
     out["baseline_correct"] = totals["baseline"][1]
     return out
 
@@ -143,6 +203,11 @@ def run(args: argparse.Namespace) -> int:
     for name, row in result["backends"].items():
         print(f"{name:10s} {row['runs_per_s']:7.1f} runs/s  ratio {row['ratio']:.2f}x  "
               f"({row['correct']}/{result['n']} correct)")
+        if "tool_calls_per_s" in row:
+            print(f"{'':10s} {row['tool_calls_per_s']:7.1f} tool calls/s on warm sessions, "
+                  f"{row['tool_vs_runs']:.1f}x its single runs ({row['tool_correct']}/"
+                  f"{result['n']} correct); a session's cold start "
+                  f"{row['session_cold_start_s']:.2f} s")
     if "grader_rss_mb_start" in result:
         print(f"grader RSS over {result['rss_runs']} {result['rss_backend']} runs: "
               f"{result['grader_rss_mb_start']} MB -> {result['grader_rss_mb_end']} MB")
