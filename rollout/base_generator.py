@@ -2,13 +2,21 @@
 
 `BaseGenerator` turns samples into scored Rollouts: it renders prompts with the tokenizer's chat
 template (each task's system prompt), runs each rollout in at most two sampling requests under
-its length budget (forced interruption in between, rollout/budget.py), scores each completion as
-soon as it finishes with the scorer it was handed (the run's Task objects and grading settings,
-rollout/scorer.py), and streams rollouts back in finish order from a background event loop. A
-prompt that cannot fit its longest completion in `max_model_len` is not sent: its n rollouts come
-back at once with finish reason `prompt_too_long`. Subclasses supply one sampling request
-(`_sample`) and the weights/pause/close side: rollout/engine.py (vLLM in this process) and the
-HTTP servers' generator. Nothing here knows vLLM.
+its length budget (forced interruption in between: rollout/turn.py, rollout/budget.py), scores
+each completion as soon as it finishes with the scorer it was handed (the run's Task objects and
+grading settings, rollout/scorer.py), and streams rollouts back in finish order from a
+background event loop. A prompt that cannot fit its longest completion in `max_model_len` is not
+sent: its n rollouts come back at once with finish reason `prompt_too_long`. Subclasses supply
+one sampling request (`_sample`) and the weights/pause/close side: rollout/engine.py (vLLM in
+this process) and the HTTP servers' generator. Nothing here knows vLLM.
+
+A task with an environment (`Task.environment`, envs/environment.py) is played in turns by
+rollout/episode.py, on both backends alike; the run's `EnvContext` (its tool format, chosen by
+the `tool_format` setting, `auto` | `chat` | `plain`, envs/tool_format.py; a pool of sandboxed
+tool sessions made at the first tool call; the grading settings) is built at the first such
+rollout, and its prompts are rendered with the format's tool schemas. Such a prompt is refused
+unsent only when its first turn cannot fit `max_model_len` (later turns that would not fit end
+the episode, `truncated`).
 
 Priorities: every sampling request carries a vLLM priority (lower = scheduled earlier; the engine
 runs vLLM's `priority` scheduling policy, ties go to the earlier arrival). A call's `priority`
@@ -27,16 +35,23 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from scalerl.envs.base import Sample, Score
-from scalerl.rollout import budget as B
+from scalerl.envs.environment import EnvContext, Environment
+from scalerl.rollout import episode as E
+from scalerl.rollout import turn as T
 from scalerl.rollout.engine_config import process_tree_rss_mb
 from scalerl.rollout.scorer import Scorer
 from scalerl.rollout.types import Budget, Rollout
 
-UNSCORED = Score(status="error", detail="not scored (score=False)")
+UNSCORED = T.UNSCORED
 _END = object()
+ENV_WORKERS = 64
+"""Threads for environment calls (tool calls) at least: one per rollout waiting on its tool,
+so a slow call delays only its own rollout (more when the backend decodes more at once)."""
+phase_priority = T.phase_priority
 
 
 class GeneratorUnavailable(RuntimeError):
@@ -64,17 +79,11 @@ class Sampled:
     """Prompt tokens the engine took from its prefix cache."""
 
 
-def phase_priority(priority: int, continuation: bool) -> int:
-    """The vLLM priority of one phase of a rollout whose call had `priority` (see the module
-    docstring): `2 * priority` for the first phase, one less for the continuation."""
-    return 2 * priority - (1 if continuation else 0)
-
-
 class BaseGenerator:
     """Scored rollouts from some sampling backend, driven on a background event loop."""
 
     def __init__(self, model_path: str, *, max_model_len: int, fp32_head: bool = True,
-                 scorer: Scorer | None = None) -> None:
+                 scorer: Scorer | None = None, tool_format: str = "auto") -> None:
         from transformers import AutoTokenizer
 
         self.model_path = str(model_path)
@@ -92,6 +101,11 @@ class BaseGenerator:
         self.scorer = scorer
         """The run's tasks and grading settings: system prompts and verdicts (None: none yet;
         generating then raises)."""
+        self.tool_format = tool_format
+        """The tool-call convention of tasks with an environment: auto | chat | plain."""
+        self._env_context: EnvContext | None = None
+        self._env_pool: ThreadPoolExecutor | None = None
+        self._env_lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="generator-loop",
                                         daemon=True)
@@ -99,10 +113,12 @@ class BaseGenerator:
 
     # ---- what a subclass supplies ---------------------------------------------------------
     async def _sample(self, prompt: list[int], max_tokens: int, temperature: float,
-                      seed: int | None, top_p: float = 1.0, priority: int = 0) -> Sampled:
+                      seed: int | None, top_p: float = 1.0, priority: int = 0,
+                      stop: tuple[str, ...] = ()) -> Sampled:
         """One sampling request: up to `max_tokens` tokens after `prompt` (nucleus sampling
         with `top_p` < 1: evaluation protocols only; training samples the full distribution),
-        scheduled with vLLM priority `priority` (lower = earlier; `phase_priority`)."""
+        scheduled with vLLM priority `priority` (lower = earlier; `phase_priority`), ending at
+        EOS or at one of the `stop` strings (kept in the tokens; `ended` True)."""
         raise NotImplementedError
 
     def progress(self) -> int:
@@ -150,11 +166,37 @@ class BaseGenerator:
 
     def prompt_ids(self, sample: Sample) -> list[int]:
         """The sample rendered with the tokenizer's chat template, its task's system prompt first
-        (generation prompt added)."""
+        (generation prompt added; a task with an environment: the tool format's schemas too)."""
         messages = sample.messages(self._scorer().system_prompt(sample.task))
+        extra = {}
+        if self._environment(sample) is not None:
+            tools = self.env_context().tool_format.tools()
+            extra = {"tools": tools} if tools else {}
         text = self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=True)
+                                                  add_generation_prompt=True, **extra)
         return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def _environment(self, sample: Sample) -> Environment | None:
+        """The sample's task's environment; None for a single-turn task (or none held)."""
+        task = self.scorer.tasks.get(sample.task) if self.scorer is not None else None
+        return getattr(task, "environment", None)
+
+    def env_context(self) -> EnvContext:
+        """The run's environment context, built at first use: the tool format (`tool_format`
+        setting), tool sessions in the grading's sandbox (a pool made at the first call), and
+        `options["grading"]`."""
+        with self._env_lock:
+            if self._env_context is None:
+                from scalerl.envs.tool_format import choose_tool_format
+
+                grading = self._scorer().grading
+                fmt = choose_tool_format(self.tool_format, self.tokenizer)
+                self._env_context = EnvContext(sessions=E.LazySessions(grading.sandbox),
+                                               tool_format=fmt, options={"grading": grading})
+            if self._env_pool is None:
+                self._env_pool = ThreadPoolExecutor(max(ENV_WORKERS, self.concurrency() or 0),
+                                                    thread_name_prefix="environment")
+            return self._env_context
 
     @property
     def head_dtype(self) -> str:
@@ -169,55 +211,18 @@ class BaseGenerator:
         """Policy version of the weights currently loaded (0 = as started)."""
         return self._version
 
-    # ---- one rollout: at most two sampling requests ---------------------------------------
+    # ---- one rollout: at most two sampling requests, or an episode -----------------------
     async def _rollout(self, sample: Sample, group: int, prompt: list[int], budget: Budget,
                        temperature: float, seed: int | None, score: bool,
                        top_p: float = 1.0, priority: int = 0) -> Rollout:
-        t0 = time.perf_counter()
-        rseed = None if seed is None else B.rollout_seed(seed, sample.id, group)
-        phrase = self._phrase_ids(budget.phrase)
-        plan = B.plan_rollout(budget, len(phrase), rseed or 0)
-        first = await self._sample(prompt, B.first_phase_tokens(plan), temperature, rseed, top_p,
-                                   priority=phase_priority(priority, False))
-        self._sampled_total += len(first.tokens)
-        step = B.after_first_phase(plan, first.tokens, first.ended, self._think_close, phrase)
-        k = step.keep
-        interrupted = isinstance(step, B.Continue) and bool(step.forced)
-        tokens, versions = first.tokens[:k], first.versions[:k]
-        logprobs: list[float | None] = [float(x) for x in first.logprobs[:k]]
-        continuation_cached = None
-        if isinstance(step, B.Continue):
-            tokens += list(step.forced)
-            logprobs += [None] * len(step.forced)
-            versions += [self._version] * len(step.forced)
-            seed2 = None if rseed is None else rseed ^ 0x5EED
-            second = await self._sample(prompt + tokens, step.max_tokens, temperature, seed2,
-                                        top_p, priority=phase_priority(priority, True))
-            self._sampled_total += len(second.tokens)
-            continuation_cached = second.cached
-            tokens += second.tokens
-            logprobs += second.logprobs
-            versions += second.versions
-            reason = B.final_reason(step, second.ended)
-        else:
-            reason = step.finish_reason
-        gen_end = time.perf_counter()
-        thinking, answer = B.count_phases(tokens, self._think_close, plan.thinking is not None)
-        completion = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        verdict, score_s = UNSCORED, 0.0
-        if score:
-            t1 = time.perf_counter()
-            verdict = await asyncio.wrap_future(self._scorer().submit(sample, completion))
-            score_s = time.perf_counter() - t1
-        return Rollout(
-            sample_id=sample.id, task=sample.task, prompt_token_ids=tuple(prompt),
-            token_ids=tuple(tokens), logprobs=tuple(logprobs), versions=tuple(versions),
-            finish_reason=reason, thinking_tokens=thinking, answer_tokens=answer,
-            completion=completion, score=verdict, group=group, interrupted=interrupted,
-            timings={"gen_s": gen_end - t0, "score_s": score_s, "gen_end": gen_end},
-            meta={"thinking_budget": plan.thinking, "cached_tokens": first.cached,
-                  "continuation_cached_tokens": continuation_cached,
-                  "sampled_tokens": len(tokens) - sum(lp is None for lp in logprobs)})
+        sampling = T.Sampling(temperature, top_p, priority)
+        env = self._environment(sample)
+        if env is not None:
+            context = self.env_context()
+            return await E.run_episode(E.Episode(
+                self, sample, group, prompt, budget, sampling, seed, env, context,
+                self._env_pool), score)
+        return await T.single_turn(self, sample, group, prompt, budget, sampling, seed, score)
 
     def too_long(self, sample: Sample, prompt: list[int], longest: int,
                  group: int) -> Rollout:
@@ -282,10 +287,12 @@ class BaseGenerator:
                 exc = task.exception()
                 out.put(exc if exc is not None else task.result())
 
-        longest = budget.hard_cap(len(self._phrase_ids(budget.phrase)))
+        phrase_len = len(self._phrase_ids(budget.phrase))
+        single, first_turn = budget.hard_cap(phrase_len), E.first_turn_cap(budget, phrase_len)
         try:
             for index, sample in enumerate(samples):
                 prompt = self.prompt_ids(sample)
+                longest = single if self._environment(sample) is None else first_turn
                 for group in range(n):
                     if sem is not None:
                         await sem.acquire()
@@ -333,7 +340,12 @@ class BaseGenerator:
         return self.scorer
 
     def close(self) -> None:
-        """Stop the scorer and the event loop (subclasses stop their backend first)."""
+        """Stop the tool sessions, the environments' threads, the scorer and the event loop
+        (subclasses stop their backend first)."""
+        if self._env_context is not None:
+            self._env_context.sessions.close()
+        if self._env_pool is not None:
+            self._env_pool.shutdown(wait=True)
         if self.scorer is not None:
             self.scorer.close()
         if self._loop.is_running():

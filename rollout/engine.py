@@ -63,11 +63,12 @@ class EngineGenerator(BaseGenerator):
     """Scored rollouts from a vLLM engine started in this process (AsyncLLM)."""
 
     def __init__(self, model_path: str, *, config: EngineConfig | None = None,
-                 fp32_head: bool = True, scorer: Scorer | None = None) -> None:
+                 fp32_head: bool = True, scorer: Scorer | None = None,
+                 tool_format: str = "auto") -> None:
         self.config = config or EngineConfig()
         os.environ.update(self.config.process_env())
         super().__init__(model_path, max_model_len=self.config.max_model_len,
-                         fp32_head=fp32_head, scorer=scorer)
+                         fp32_head=fp32_head, scorer=scorer, tool_format=tool_format)
         self._checkpoint_shapes: dict[str, tuple[int, ...]] | None = None
         self._live: dict[str, list[tuple[int, int]]] = {}
         self._ids = itertools.count()
@@ -99,9 +100,10 @@ class EngineGenerator(BaseGenerator):
         return await super()._rollout(*args, **kwargs)
 
     async def _sample(self, prompt: list[int], max_tokens: int, temperature: float,
-                      seed: int | None, top_p: float = 1.0, priority: int = 0) -> Sampled:
+                      seed: int | None, top_p: float = 1.0, priority: int = 0,
+                      stop: tuple[str, ...] = ()) -> Sampled:
         await self._gate.wait()  # never start a request in the middle of a weight update
-        params = self._params(max_tokens, temperature, seed, top_p)
+        params = self._params(max_tokens, temperature, seed, top_p, stop)
         version, rid = self._version, f"r{next(self._ids)}"
         self._live[rid] = [(0, version)]
         # The salt keeps a request started after an update off KV blocks computed under older
@@ -403,17 +405,20 @@ def freeze_heap() -> None:
 
 
 def sampling_params_factory():
-    """`(max_tokens, temperature, seed, top_p=1.0) -> SamplingParams` for one rollout phase: the
-    sampled token's logprob only (flat), no top-k, top-p 1 unless an evaluation protocol asks for
-    a nucleus, no detokenization, the final output only."""
+    """`(max_tokens, temperature, seed, top_p=1.0, stop=()) -> SamplingParams` for one rollout
+    phase: the sampled token's logprob only (flat), no top-k, top-p 1 unless an evaluation
+    protocol asks for a nucleus, the final output only. No detokenization, except with `stop`
+    strings (a multi-turn tool format's: vLLM matches them on the detokenized text), which end
+    the request with the stop string kept in its tokens (`include_stop_str_in_output`)."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
     final = RequestOutputKind.FINAL_ONLY
 
     def make(max_tokens: int, temperature: float, seed: int | None,
-             top_p: float = 1.0) -> SamplingParams:
+             top_p: float = 1.0, stop: tuple[str, ...] = ()) -> SamplingParams:
+        extra = {"stop": list(stop), "include_stop_str_in_output": True} if stop else {}
         return SamplingParams(n=1, temperature=temperature, top_p=top_p, top_k=0,
                               max_tokens=max_tokens, seed=seed, logprobs=0, flat_logprobs=True,
-                              detokenize=False, output_kind=final)
+                              detokenize=bool(stop), output_kind=final, **extra)
     return make

@@ -83,12 +83,12 @@ class ServerGenerator(BaseGenerator):
     """Scored rollouts from vLLM servers started with `scalerl serve` (or its command line)."""
 
     def __init__(self, model_path: str, *, config: EngineConfig, fp32_head: bool = True,
-                 scorer: Scorer | None = None) -> None:
+                 scorer: Scorer | None = None, tool_format: str = "auto") -> None:
         if not config.servers:
             raise ValueError("ServerGenerator needs at least one URL in engine.servers")
         self.config = config
         super().__init__(model_path, max_model_len=config.max_model_len, fp32_head=fp32_head,
-                         scorer=scorer)
+                         scorer=scorer, tool_format=tool_format)
         self._salt = uuid.uuid4().hex[:8]
         """This client's part of every cache salt: blocks cached for another client (e.g.
         another checkpoint on the same server) are never reused."""
@@ -192,11 +192,15 @@ class ServerGenerator(BaseGenerator):
             return await super()._rollout(sample, group, prompt, *args, **kwargs)
 
     async def _sample(self, prompt: list[int], max_tokens: int, temperature: float,
-                      seed: int | None, top_p: float = 1.0, priority: int = 0) -> Sampled:
+                      seed: int | None, top_p: float = 1.0, priority: int = 0,
+                      stop: tuple[str, ...] = ()) -> Sampled:
         params = {"n": 1, "temperature": temperature, "top_p": top_p, "top_k": 0,
                   "max_tokens": max_tokens, "logprobs": 0, "detokenize": False}
         if seed is not None:
             params["seed"] = seed
+        if stop:  # matched on the server's detokenized text; the stop string stays in the tokens
+            params |= {"stop": list(stop), "include_stop_str_in_output": True,
+                       "detokenize": True}
 
         salts = _ROLLOUT_SALT.get()
 

@@ -1,7 +1,8 @@
 """Training metrics: per-step figures from rollouts, a compute clock, and the writers.
 
 `rollout_metrics` turns one step's groups into reward, pass-rate, length and finish-reason
-figures, and `step_metrics` adds the optimizer step's statistics and the batch filters' counts;
+figures (and the multi-turn ones: turns, tool calls, tool errors and latency), and
+`step_metrics` adds the optimizer step's statistics and the batch filters' counts;
 `ComputeClock` accumulates training device-seconds (validation apart) and tokens across resumes;
 `MetricsWriter` appends one JSON line per row to metrics.jsonl, writes the samples files
 (trainer/samples.py), sends each step whole to the experiment trackers (trainer/tracking.py:
@@ -74,6 +75,38 @@ def rollout_metrics(groups: list[Group]) -> dict[str, float]:
     }
     for task, rs in sorted(by_task.items()):
         out[f"train/{task}/pass_rate"] = _mean([r.score.correct for r in rs])
+    return out | turn_metrics(rollouts, by_task)
+
+
+def _turns(r) -> int:
+    """Assistant turns of a rollout: a single-turn rollout has one."""
+    return sum(t.role == "assistant" for t in r.turns) if r.turns else 1
+
+
+def _tool_figures(rollouts: list, prefix: str) -> dict[str, float]:
+    calls = [c for r in rollouts for c in r.tool_calls]
+    out = {f"{prefix}turns_mean": _mean([_turns(r) for r in rollouts]),
+           f"{prefix}tool_calls_mean": _mean([len(r.tool_calls) for r in rollouts])}
+    if calls:
+        out[f"{prefix}tool_error_frac"] = _mean([c["status"] != "ok" for c in calls])
+    return out
+
+
+def turn_metrics(rollouts: list, by_task: dict[str, list]) -> dict[str, float]:
+    """Multi-turn figures: `rollout/turns_mean` (assistant turns; a single-turn rollout has
+    one) and `rollout/tool_calls_mean` every step, so their keys are stable whatever the tasks;
+    `rollout/tool_error_frac` (calls whose status is not `ok`, of all calls) and
+    `tool/latency_s` (mean seconds per call) only in steps with tool calls (a fraction of no
+    calls is undefined, not 0); per task, `train/<task>/turns_mean`, `.../tool_calls_mean`
+    and `.../tool_error_frac` for the tasks played in turns (an environment's rollouts always
+    record their turns), so single-turn tasks add no keys."""
+    out = _tool_figures(rollouts, "rollout/")
+    latencies = [float(c["latency_s"]) for r in rollouts for c in r.tool_calls]
+    if latencies:
+        out["tool/latency_s"] = _mean(latencies)
+    for task, rs in sorted(by_task.items()):
+        if any(r.turns for r in rs):
+            out |= _tool_figures(rs, f"train/{task}/")
     return out
 
 

@@ -1,0 +1,334 @@
+"""The multi-turn episode of a task with an environment: turns, observations as tokens, limits.
+
+`run_episode` plays a task's environment (envs/environment.py): an assistant turn, the
+environment's reply (`Environment.step`, run on a thread pool off the event loop, so a slow tool
+call delays only its own rollout), the observation appended as tokens, the next turn, until the
+environment says done or a limit ends it. Token-exact: the rollout's tokens are the engine's
+sampled tokens (with their logprobs and per-token policy versions, so turns may straddle an
+in-flight update) and, after each turn the environment answers, the observation's tokens:
+`tool_format.delta_text` (the exact text that follows the turn's last sampled token, shows the
+observation and opens the next assistant turn) encoded alone, with no logprob (so the trainer's
+mask leaves them out of the loss, as it does forced interruption tokens) and the policy version
+at which they were appended. The next turn samples from the prompt plus every token so far: the
+conversation is never re-tokenized.
+
+Budgets: each turn is planned as a single-turn rollout is (its own sampled thinking budget and
+forced interruption); the total (`Budget.hard_cap`: `total` when set) counts model and
+observation tokens over the whole episode. The episode ends `truncated` when the environment's
+`max_turns` are used without it saying done (`meta["ended"] = "max_turns"`), when a turn runs
+out of its own budget (`turn_budget`), when the total has no room for the next observation or
+turn (`budget`), or when the prompt and its turns would outgrow `max_model_len` (`max_model_len`:
+the engine is never asked); `done` otherwise. A `SessionFailed` from the environment (its sandbox
+could not start or died) makes the verdict `error` without scoring (`session_failed`), as does an
+environment or tool format that raises (`env_error`, naming it). `Environment.close` runs once
+the episode ends, whatever the end (errors and cancellation included).
+
+The judge sees the whole completion, `decode(token_ids, skip_special_tokens=True)`, observations
+included: the convention of tool-integrated reasoning evaluation (ToRA, Qwen2.5-Math's TIR: the
+answer is read from the whole output, the last boxed answer counts) and the single-turn rule
+(a boxed answer in any turn counts as it would in one turn; the final turn, written after every
+observation, has the last word). `Rollout.turns` records each turn (its raw text, special tokens
+included, so the turns' texts joined are the completion's raw decoding) and `Rollout.tool_calls`
+each call with its outcome. Nothing here knows vLLM, the sandbox or a tool format's syntax.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from scalerl.envs.base import Message, Sample, Score, truncate
+from scalerl.envs.environment import EnvContext, Environment, Reply, SessionFailed, Turn
+from scalerl.rollout import budget as B
+from scalerl.rollout.turn import UNSCORED, Backend, Sampling, TurnResult, sample_turn
+from scalerl.rollout.types import Budget, FinishReason, Rollout
+
+log = logging.getLogger(__name__)
+ENDINGS: tuple[str, ...] = ("done", "max_turns", "turn_budget", "budget", "max_model_len",
+                            "session_failed", "env_error")
+"""`meta["ended"]` of a multi-turn rollout (module docstring); all but `done` and the two
+errors are `truncated`."""
+TRUNCATING = frozenset({"max_turns", "turn_budget", "budget", "max_model_len"})
+
+
+def first_turn_cap(budget: Budget, phrase_len: int) -> int:
+    """The most tokens an episode's first turn may take: one turn's cap (thinking + phrase +
+    answer, or the answer alone), within the total. A multi-turn prompt is refused unsent only
+    when this does not fit `max_model_len`; later turns that would not fit end the episode."""
+    one = budget.answer if budget.thinking is None else (budget.max_thinking + phrase_len
+                                                         + budget.answer)
+    return min(one, budget.hard_cap(phrase_len))
+
+
+def turn_plan(budget: Budget, phrase_len: int, seed: int, room: int) -> B.Plan:
+    """A turn's plan (its own thinking budget sampled as a single-turn rollout's), its cap cut
+    to `room`: what is left of the total and of `max_model_len`."""
+    plan = B.plan_rollout(budget, phrase_len, seed)
+    return replace(plan, cap=min(plan.cap, room))
+
+
+def ending_after_cut(used: int, total: int, context: int, max_model_len: int) -> str:
+    """Why a turn that ran out of tokens ran out: `max_model_len`, the total `budget`, or its
+    own (`turn_budget`)."""
+    if context >= max_model_len:
+        return "max_model_len"
+    return "budget" if used >= total else "turn_budget"
+
+
+def finish_reason(ended: str, last: FinishReason | None) -> FinishReason:
+    """The episode's finish reason: `truncated` for a limit, else its last turn's."""
+    if ended in TRUNCATING:
+        return "truncated"
+    return last or "stop"
+
+
+class EnvFailed(Exception):
+    """The environment (or its tool format) failed: the rollout's verdict is `error`."""
+
+    def __init__(self, ended: str, score: Score) -> None:
+        super().__init__(score.detail)
+        self.ended, self.score = ended, score
+
+
+def env_failure(env: Environment, what: str, exc: Exception) -> EnvFailed:
+    """`SessionFailed` -> `session_failed`; anything else an environment raises -> `env_error`,
+    naming the environment, the call and the exception."""
+    if isinstance(exc, SessionFailed):
+        return EnvFailed("session_failed", Score("error", truncate(f"tool session failed: "
+                                                                   f"{exc}")))
+    name = env.name or type(env).__name__
+    return EnvFailed("env_error", Score("error", truncate(
+        f"environment {name!r}: {what} raised {type(exc).__name__}: {exc}")))
+
+
+@dataclass
+class Transcript:
+    """What an episode has produced so far (mutable, one per rollout)."""
+
+    messages: list[Message]
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float | None] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    thinking: int = 0
+    answer: int = 0
+    interrupted: bool = False
+    assistant_turns: int = 0
+    observation_tokens: int = 0
+
+    def add_turn(self, turn: TurnResult, raw: str, text: str, think_close: Sequence[int]) -> None:
+        start = len(self.tokens)
+        self.tokens += turn.tokens
+        self.logprobs += turn.logprobs
+        self.versions += turn.versions
+        self.turns.append(Turn("assistant", raw, start, len(self.tokens), True))
+        self.messages.append({"role": "assistant", "content": text})
+        thinking, answer = B.count_phases(turn.tokens, think_close, turn.plan.thinking is not None)
+        self.thinking += thinking
+        self.answer += answer
+        self.interrupted |= turn.interrupted
+        self.assistant_turns += 1
+
+    def add_calls(self, reply: Reply) -> None:
+        turn = len(self.turns) - 1
+        for call, outcome in zip(reply.calls, reply.outcomes, strict=True):
+            self.calls.append({"turn": turn, "name": call.name, "code": call.code,
+                               **outcome.to_dict()})
+
+    def add_observation(self, reply: Reply, ids: list[int], delta: str, version: int) -> None:
+        start = len(self.tokens)
+        self.tokens += ids
+        self.logprobs += [None] * len(ids)
+        self.versions += [version] * len(ids)
+        roles = {m.get("role", "tool") for m in reply.messages}
+        role = "tool" if "tool" in roles or not roles else sorted(roles)[0]
+        self.turns.append(Turn(role, delta, start, len(self.tokens), False))
+        self.messages += [dict(m) for m in reply.messages]
+        self.observation_tokens += len(ids)
+
+
+class LazySessions:
+    """The run's tool sessions: a sandbox/session.py `SessionPool` made at the first `acquire`
+    (a run whose environments never call the tool starts no sandbox). `SessionFailed` from
+    `acquire` when the sandbox cannot run here."""
+
+    def __init__(self, sandbox: Any) -> None:
+        self.sandbox = sandbox
+        self._pool: Any = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def acquire(self) -> Any:
+        with self._lock:
+            if self._closed:
+                raise SessionFailed("the tool session pool is closed")
+            if self._pool is None:
+                from scalerl.sandbox.session import SessionPool
+
+                self._pool = SessionPool(self.sandbox)
+            pool = self._pool
+        return pool.acquire()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed, pool = True, self._pool
+        if pool is not None:
+            pool.close()
+
+
+@dataclass
+class Episode:
+    """One rollout of a task with an environment (see the module docstring)."""
+
+    gen: Backend
+    sample: Sample
+    group: int
+    prompt: list[int]
+    budget: Budget
+    sampling: Sampling
+    seed: int | None
+    env: Environment
+    context: EnvContext
+    executor: Any
+    """The thread pool environment calls run on (off the event loop)."""
+    ended: str = "done"
+    error: Score | None = None
+    cached: list[int] = field(default_factory=list)
+    thinking_budgets: list[int | None] = field(default_factory=list)
+
+    def turn_seed(self, k: int) -> int | None:
+        if self.seed is None:
+            return None
+        return B.rollout_seed(self.seed, self.sample.id, self.group, "" if k == 0 else f"turn{k}")
+
+    async def env_call(self, what: str, fn, *args):
+        """`fn(*args)` on the thread pool; what it raises as `EnvFailed`."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self.executor, functools.partial(fn, *args))
+        except Exception as exc:
+            raise env_failure(self.env, what, exc) from exc
+
+    async def play(self, tr: Transcript) -> FinishReason | None:
+        """The turns, filling `tr`; returns the last turn's finish reason and sets `ended`
+        (and `error` when the environment failed). `Environment.close` runs however it ends."""
+        started, state, last = False, None, None
+        try:
+            state = await self.env_call("start", self.env.start, self.sample, self.context)
+            started = True
+            last = await self.turns(tr, state)
+        except EnvFailed as failed:
+            self.ended, self.error = failed.ended, failed.score
+        finally:
+            if started:
+                self.close(state)
+        return last
+
+    async def turns(self, tr: Transcript, state: Any) -> FinishReason | None:
+        gen, phrase = self.gen, self.gen._phrase_ids(self.budget.phrase)
+        total, limit = self.budget.hard_cap(len(phrase)), gen.max_model_len
+        stop = tuple(getattr(self.context.tool_format, "stop", ()) or ())
+        last: FinishReason | None = None
+        for k in range(self.env.max_turns):
+            room = min(total - len(tr.tokens), limit - len(self.prompt) - len(tr.tokens))
+            if room <= 0:
+                self.ended = "budget" if len(tr.tokens) >= total else "max_model_len"
+                return last
+            seed = self.turn_seed(k)
+            plan = turn_plan(self.budget, len(phrase), seed or 0, room)
+            self.thinking_budgets.append(plan.thinking)
+            turn = await sample_turn(gen, self.prompt + tr.tokens, plan, phrase, self.sampling,
+                                     seed, stop=stop, continuation=k > 0)
+            self.cached += [turn.cached] + ([turn.continuation_cached]
+                                            if turn.continuation_cached is not None else [])
+            raw = gen.tokenizer.decode(turn.tokens, skip_special_tokens=False)
+            tr.add_turn(turn, raw, gen.tokenizer.decode(turn.tokens, skip_special_tokens=True),
+                        gen._think_close)
+            last = turn.reason
+            if turn.reason == "truncated":
+                self.ended = ending_after_cut(len(tr.tokens), total,
+                                              len(self.prompt) + len(tr.tokens), limit)
+                return last
+            if not await self.answer(tr, state, raw, total, limit, k):
+                return last
+        return last
+
+    async def answer(self, tr: Transcript, state: Any, raw: str, total: int, limit: int,
+                     k: int) -> bool:
+        """The environment's reply to turn `k`, its observation appended; False when the
+        episode ends here (`ended` set)."""
+        reply = await self.env_call("step", self.env.step, self.sample, tuple(tr.messages),
+                                    state)
+        try:
+            if not isinstance(reply, Reply):
+                raise TypeError(f"returned {type(reply).__name__}, not a Reply")
+            tr.add_calls(reply)
+        except Exception as exc:
+            raise env_failure(self.env, "step", exc) from exc
+        if reply.done:
+            return False
+        if k + 1 >= self.env.max_turns:
+            self.ended = "max_turns"
+            return False
+        tok = self.gen.tokenizer
+        try:
+            delta = self.context.tool_format.delta_text(tok, reply.messages, raw)
+        except Exception as exc:
+            raise env_failure(self.env, "the tool format's delta_text", exc) from exc
+        ids = tok.encode(delta, add_special_tokens=False)
+        if len(tr.tokens) + len(ids) >= total:
+            self.ended = "budget"
+            return False
+        if len(self.prompt) + len(tr.tokens) + len(ids) >= limit:
+            self.ended = "max_model_len"
+            return False
+        tr.add_observation(reply, ids, delta, self.gen.version)
+        return True
+
+    def close(self, state: Any) -> None:
+        """`Environment.close(state)` on the thread pool, not waited for (so it also runs when
+        the rollout is cancelled); a failure is logged."""
+        future = self.executor.submit(self.env.close, state)
+
+        def logged(f) -> None:
+            if not f.cancelled() and f.exception() is not None:
+                log.warning("environment %r: close raised %r", self.env.name, f.exception())
+        future.add_done_callback(logged)
+
+
+async def run_episode(episode: Episode, score: bool) -> Rollout:
+    """Play `episode` and score it: the task's judge on the whole completion, or the
+    environment's `error` when it failed (not scored)."""
+    gen, sample = episode.gen, episode.sample
+    t0 = time.perf_counter()
+    tr = Transcript(messages=sample.messages(gen._scorer().system_prompt(sample.task)))
+    last = await episode.play(tr)
+    gen_end = time.perf_counter()
+    completion = gen.tokenizer.decode(tr.tokens, skip_special_tokens=True)
+    verdict, score_s = episode.error or UNSCORED, 0.0
+    if score and episode.error is None:
+        t1 = time.perf_counter()
+        verdict = await asyncio.wrap_future(gen._scorer().submit(sample, completion))
+        score_s = time.perf_counter() - t1
+    cached = episode.cached
+    return Rollout(
+        sample_id=sample.id, task=sample.task, prompt_token_ids=tuple(episode.prompt),
+        token_ids=tuple(tr.tokens), logprobs=tuple(tr.logprobs), versions=tuple(tr.versions),
+        finish_reason=finish_reason(episode.ended, last), thinking_tokens=tr.thinking,
+        answer_tokens=tr.answer, completion=completion, score=verdict, group=episode.group,
+        interrupted=tr.interrupted,
+        timings={"gen_s": gen_end - t0, "score_s": score_s, "gen_end": gen_end},
+        meta={"thinking_budget": (episode.thinking_budgets or [None])[0],
+              "cached_tokens": cached[0] if cached else 0,
+              "continuation_cached_tokens": sum(cached[1:]) if len(cached) > 1 else None,
+              "sampled_tokens": sum(lp is not None for lp in tr.logprobs),
+              "observation_tokens": tr.observation_tokens, "turns": tr.assistant_turns,
+              "tool_calls": len(tr.calls), "ended": episode.ended},
+        turns=tuple(tr.turns), tool_calls=tuple(tr.calls))
