@@ -342,7 +342,7 @@ class BaseGenerator:
     def close(self) -> None:
         """Stop the tool sessions, the environments' threads, the scorer and the event loop
         (subclasses stop their backend first)."""
-        if self._env_context is not None:
+        if self._env_context is not None and self._env_context.sessions is not None:
             self._env_context.sessions.close()
         if self._env_pool is not None:
             self._env_pool.shutdown(wait=True)

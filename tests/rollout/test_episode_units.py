@@ -217,3 +217,57 @@ def test_turn_metrics():
     m = rollout_metrics([[single]])
     assert (m["rollout/turns_mean"], m["rollout/tool_calls_mean"]) == (1.0, 0.0)
     assert "rollout/tool_error_frac" not in m and "tool/latency_s" not in m
+
+
+class EnvTask:
+    """A task of the scorer: `arith`'s samples and judge, with an environment."""
+
+    def __init__(self, env):
+        self.base, self.environment = get_task("arith"), env
+        self.name, self.system_prompt = "arith", self.base.system_prompt
+
+    def score(self, sample, completion, grading):
+        return self.base.score(sample, completion, grading)
+
+
+def test_servers_play_episodes_token_in_with_stop_strings(tiny_model_path, tokenizer):
+    """The server client's requests (a FakeServer to join; generation answered here): each turn
+    is the prompt plus every token so far, with the format's stop strings kept."""
+    from fake_server import FakeServer
+
+    from scalerl.rollout.engine_config import EngineConfig
+    from scalerl.rollout.server_generator import ServerGenerator
+
+    env = Env()
+    env.max_turns = 2
+    fake = FakeServer(tiny_model_path)
+    gen = ServerGenerator(tiny_model_path, scorer=Scorer({"arith": EnvTask(env)}),
+                          config=EngineConfig(servers=(fake.url,), server_wait_s=10.0))
+    try:
+        gen._env_context = EnvContext(tool_format=Delta())
+        gen._env_context.tool_format.stop = ("}",)
+        gen.env_context()
+        bodies, eos = [], tokenizer.eos_token_id
+
+        async def generate(server, body, work, priority=0):
+            bodies.append(await body())
+            return {"choices": [{"finish_reason": "stop", "token_ids": [7, 8, eos],
+                                 "logprobs": {"content": [{"logprob": -0.5}] * 3},
+                                 "weight_versions": [{"version": str(gen.version), "start": 0,
+                                                      "end": 3}]}]}
+
+        gen.pool.generate = generate
+        sample = get_task("arith").samples("test")[0]
+        [r] = gen.generate([sample], n=1, budget=Budget(thinking=None, answer=16), score=False)
+    finally:
+        gen.close()
+        fake.close()
+    obs = tokenizer.encode("\nT:ok\nA:", add_special_tokens=False)
+    prompt = list(r.prompt_token_ids)
+    assert [b["token_ids"] for b in bodies] == [prompt, prompt + [7, 8, eos] + obs]
+    for b in bodies:
+        params = b["sampling_params"]
+        assert (params["stop"], params["include_stop_str_in_output"], params["detokenize"]) == (
+            ["}"], True, True)
+    assert list(r.token_ids) == [7, 8, eos] + obs + [7, 8, eos]
+    assert r.meta["ended"] == "max_turns" and env.closed == 1
