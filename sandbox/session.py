@@ -8,12 +8,15 @@ raises or times out is an observation (`ToolOutcome` status error / timeout), no
 code that kills its own interpreter (os._exit, a segfault, the memory limit) gives an `error`
 observation saying so and the next call runs in a fresh interpreter (state lost, said in the
 output); a timeout the interpreter cannot interrupt (SIGALRM first, the host kills after
-`KILL_GRACE_S`) restarts it likewise. Only a sandbox that cannot start raises `SessionFailed`.
-`close()` kills the sandbox and everything in it. `SessionPool` pre-starts `warm` sessions in the
-background so `acquire()` costs no start-up; everything is thread-safe, and a slow call holds only
-its own session's lock. Not here: the sandboxes' walls (bwrap_argv, docker, cgroup), starting
-them and the framing (session_launch.py), the program inside (inside/repl.py), parsing tool
-calls out of model text (envs/).
+`KILL_GRACE_S`) restarts it likewise. `SessionFailed` is raised only when a sandbox cannot start,
+or by a call on (or during) a closed session. `close()` kills the sandbox and everything in it
+(a call in progress ends at once); a session dropped without close() is killed when collected.
+`SessionPool` pre-starts `warm` sessions in the background so `acquire()` costs no start-up; all
+of it is thread-safe, and a slow call holds only its own session's lock. Not covered: daemons
+that leave their process group on `process` (no boundary there, see process.py); the output of a
+call whose interpreter died (it was in the dead sandbox). Not here: the sandboxes' walls
+(bwrap_argv, docker, cgroup), starting them and the framing (session_launch.py), the program
+inside (inside/repl.py), parsing tool calls out of model text (envs/).
 """
 
 from __future__ import annotations
@@ -123,10 +126,14 @@ class PythonSession:
             try:
                 box.send({"code": code})
             except OSError:
+                if self._closed:
+                    raise SessionFailed("the tool session was closed during the call") from None
                 return self._died(box, start, "")
             reply = box.receive(start + self.limits.call_s + KILL_GRACE_S)
             if isinstance(reply, dict) and reply.get("status") in ("ok", "error", "timeout"):
                 return self._outcome(reply, time.monotonic() - start)
+            if self._closed:
+                raise SessionFailed("the tool session was closed during the call")
             if reply == "deadline":
                 return self._uninterruptible(box, start)
             return self._died(box, start, "" if reply == "eof" else f" ({reply})")

@@ -238,6 +238,26 @@ def test_a_daemon_does_not_outlive_close(secure_session):
     secure_session.close()  # idempotent
 
 
+def test_close_during_a_call_ends_the_call_at_once(session):
+    result: dict = {}
+
+    def call():
+        try:
+            result["out"] = session.run("import time\ntime.sleep(30)")
+        except SessionFailed as exc:
+            result["failed"] = str(exc)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    time.sleep(0.3)
+    pids = session.pids()
+    session.close()
+    thread.join(timeout=5.0)
+    assert not thread.is_alive(), "the call outlived close()"
+    assert result == {"failed": "the tool session was closed during the call"}
+    assert gone(pids) == []
+
+
 @pytest.mark.parametrize("name", ALL)
 def test_concurrent_sessions_and_a_slow_call_delays_only_its_own(name, pool_for):
     pool = pool_for(name)
