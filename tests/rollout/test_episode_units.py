@@ -271,3 +271,46 @@ def test_servers_play_episodes_token_in_with_stop_strings(tiny_model_path, token
             ["}"], True, True)
     assert list(r.token_ids) == [7, 8, eos] + obs + [7, 8, eos]
     assert r.meta["ended"] == "max_turns" and env.closed == 1
+
+
+def test_the_python_tool_runs_in_the_sandbox_through_an_episode(tokenizer):
+    """arith_tool's real environment, the `plain` format and a sandboxed session (this machine's
+    best backend): the scripted model writes a ```python block then ```output (the stop string),
+    the session runs it, the output is appended as tokens, the model boxes the answer."""
+    pytest.importorskip("scalerl.envs.python_env", reason="the python environment (issue 28, "
+                        "another part) is not in this checkout")
+    from scalerl.envs.catalog import get_task as task_named
+    from scalerl.envs.grading import Grading
+    from scalerl.envs.tool_format import tool_format
+
+    task = task_named("arith_tool")
+    sample = task.samples("test")[0]
+    a, b = (int(x) for x in sample.prompt.rstrip("=").split("*"))
+    turns = iter([(f"```python\nprint({a} * {b})\n```\n```output", True),
+                  (f"\n\\boxed{{{a * b}}}<|endoftext|>", True)])
+
+    def reply(n):
+        text, ended = next(turns)
+        return tokenizer.encode(text, add_special_tokens=False), ended
+
+    backend = Scripted(tokenizer, 1024, reply)
+    backend.scorer = Scorer([task])
+    grading = Grading()
+    sessions = E.LazySessions(grading.sandbox)
+    context = EnvContext(sessions=sessions, tool_format=tool_format("plain"),
+                         options={"grading": grading})
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            episode = E.Episode(backend, sample, 0, [5] * 20, Budget(thinking=None, answer=64),
+                                Sampling(1.0), 0, task.environment, context, pool)
+            r = asyncio.run(E.run_episode(episode, score=True))
+    finally:
+        sessions.close()
+    [call] = r.tool_calls
+    assert (call["status"], call["output"].strip(), call["turn"]) == ("ok", str(a * b), 0)
+    obs = r.turns[1]
+    assert obs.role == "tool" and obs.text == f"\n{a * b}\n```\n"
+    assert list(r.token_ids[obs.start:obs.end]) == tokenizer.encode(obs.text,
+                                                                    add_special_tokens=False)
+    assert r.meta["ended"] == "done" and r.score.status == "correct"
+    print(f"\ntool call latency {call['latency_s']:.3f} s")
