@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from scalerl.rollout.episode import ENDINGS
 from scalerl.trainer.batch import GroupReport
 from scalerl.trainer.filters import Group
 from scalerl.trainer.samples import as_table, write_samples
@@ -99,11 +100,18 @@ def turn_metrics(rollouts: list, by_task: dict[str, list]) -> dict[str, float]:
     `tool/latency_s` (mean seconds per call) only in steps with tool calls (a fraction of no
     calls is undefined, not 0); per task, `train/<task>/turns_mean`, `.../tool_calls_mean`
     and `.../tool_error_frac` for the tasks played in turns (an environment's rollouts always
-    record their turns), so single-turn tasks add no keys."""
+    record their turns), so single-turn tasks add no keys; in steps with such rollouts,
+    `rollout/ended_<ending>_frac` for every way an episode ends but `done` (max_turns,
+    turn_budget, budget, max_model_len: truncated; session_failed, env_error: error verdicts),
+    of all the step's rollouts."""
     out = _tool_figures(rollouts, "rollout/")
     latencies = [float(c["latency_s"]) for r in rollouts for c in r.tool_calls]
     if latencies:
         out["tool/latency_s"] = _mean(latencies)
+    if any(r.turns for r in rollouts):  # how episodes ended (rollout/episode.py ENDINGS)
+        for ending in ENDINGS[1:]:
+            out[f"rollout/ended_{ending}_frac"] = _mean([r.meta.get("ended") == ending
+                                                        for r in rollouts])
     for task, rs in sorted(by_task.items()):
         if any(r.turns for r in rs):
             out |= _tool_figures(rs, f"train/{task}/")

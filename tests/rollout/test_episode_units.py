@@ -206,7 +206,8 @@ def test_turn_metrics():
               "latency_s": 0.5, "truncated": False},
              {"turn": 0, "name": "python", "code": "", "status": "timeout", "output": "",
               "latency_s": 1.5, "truncated": False})
-    r = dataclasses.replace(r, task="arith_tool", tool_calls=calls)
+    r = dataclasses.replace(r, task="arith_tool", tool_calls=calls,
+                            meta={"ended": "max_model_len"})
     single = dataclasses.replace(multi_turn_rollout(), turns=())
     m = rollout_metrics([[r, single]])
     assert m["rollout/turns_mean"] == 1.5  # 2 assistant turns and 1
@@ -214,9 +215,12 @@ def test_turn_metrics():
     assert m["rollout/tool_error_frac"] == 0.5 and m["tool/latency_s"] == 1.0
     assert m["train/arith_tool/turns_mean"] == 2.0 and m["train/arith_tool/tool_calls_mean"] == 2
     assert "train/arith/turns_mean" not in m  # a single-turn task adds no per-task keys
+    assert m["rollout/ended_max_model_len_frac"] == 0.5 and m["rollout/ended_budget_frac"] == 0
+    assert not any(k.startswith("rollout/ended_done") for k in m)
     m = rollout_metrics([[single]])
     assert (m["rollout/turns_mean"], m["rollout/tool_calls_mean"]) == (1.0, 0.0)
     assert "rollout/tool_error_frac" not in m and "tool/latency_s" not in m
+    assert not any(k.startswith("rollout/ended_") for k in m)
 
 
 class EnvTask:
