@@ -117,8 +117,11 @@ def _launch_docker(limits: Limits, call_s: float, capture_bytes: int) -> Launche
     kwargs.pop("detach")
     container = client.containers.create(**kwargs)
 
-    def kill() -> None:
-        with contextlib.suppress(Exception):  # already gone is fine
+    def kill() -> None:  # SIGKILL first: faster than a forced removal of a running container
+        with contextlib.suppress(Exception):  # already gone or stopped is fine
+            client.api.kill(container.id)
+            client.api.wait(container.id, timeout=10)
+        with contextlib.suppress(Exception):
             client.api.remove_container(container.id, force=True)
         _reap(proc)
 
