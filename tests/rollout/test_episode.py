@@ -343,3 +343,33 @@ def test_turns_straddle_an_in_flight_update(engine, play, tiny_model_path):
     assert set(r.versions[obs.start:obs.end]) == {v0 + 1}  # appended after the update
     assert set(r.versions[b.start:b.end]) == {v0 + 1}
     wait_closed(env)
+
+
+def test_servers_play_the_same_episodes_as_the_engine(vllm_servers, engine, play,
+                                                      tiny_model_path):
+    """On real vLLM servers (token-in, stop strings on the server's side) the same seeds give
+    the same episodes, token for token, as in-process."""
+    from scalerl.rollout.engine_config import EngineConfig
+    from scalerl.rollout.scorer import Scorer
+    from scalerl.rollout.server_generator import ServerGenerator
+
+    fmt = LineFormat(stop=("}",))
+    env = FixedEnv(done_after=3, max_turns=3, obs="out 42")
+    samples = play(env, fmt)[:4]
+    budget = Budget(thinking=32, answer=24, total=400)
+    local = engine.generate(samples, n=2, budget=budget, temperature=1.0, seed=12, score=False)
+    config = EngineConfig(max_model_len=1024, servers=tuple(vllm_servers.urls),
+                          server_timeout_s=5.0, server_wait_s=60.0)
+    gen = ServerGenerator(tiny_model_path, config=config,
+                          scorer=Scorer({TASK: engine.scorer.tasks[TASK]}))
+    try:
+        gen._env_context = EnvContext(tool_format=fmt)
+        remote = gen.generate(samples, n=2, budget=budget, temperature=1.0, seed=12,
+                              score=False)
+    finally:
+        gen.close()
+    assert [r.token_ids for r in remote] == [r.token_ids for r in local]
+    assert [[t.to_dict() for t in r.turns] for r in remote] == [
+        [t.to_dict() for t in r.turns] for r in local]
+    assert sum(r.meta["turns"] for r in remote) >= 16  # several turns, most of them stopped at }
+    wait_closed(env)
