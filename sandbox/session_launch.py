@@ -136,13 +136,28 @@ def _launch_docker(limits: Limits, call_s: float, capture_bytes: int) -> Launche
             client.api.remove_container(container.id, force=True)
         raise
 
-    def death() -> str:
-        with contextlib.suppress(Exception):
-            state = client.api.inspect_container(container.id)["State"]
-            if state.get("OOMKilled"):
-                return f"the memory limit of {limits.memory_mb} MB was reached"
+    def death() -> str:  # the container's reaper (PID 1) outlives the interpreter
+        pids = _container_pids(container.id)
+        if pids and _oom_kills(pids[0]):
+            return f"the memory limit of {limits.memory_mb} MB was reached"
         return ""
     return Launched(proc, kill, death, lambda: _container_pids(container.id))
+
+
+def _oom_kills(pid: int) -> int:
+    """OOM kills in the memory cgroup of host process `pid` (0 when that cannot be read)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+            _, ctrls, path = line.split(":", 2)
+            if "memory" in ctrls.split(","):
+                events = cgroup.ROOT / "memory" / path.lstrip("/") / "memory.oom_control"
+            elif ctrls == "" and cgroup.cgroup_version() == 2:
+                events = cgroup.ROOT / path.lstrip("/") / "memory.events"
+            else:
+                continue
+            fields = dict(row.split() for row in events.read_text().splitlines())
+            return int(fields.get("oom_kill", 0))
+    return 0
 
 
 LAUNCHERS: dict[str, Callable[[Limits, float, int], Launched]] = {
