@@ -3,7 +3,9 @@
 The environment and tool format are the test's own (a fixed observation after every turn, done
 after k turns; the tiny model's chat template is `Q:..\\nA:..<|endoftext|>`), so every expected
 token is worked out here from the tokenizer, independently of rollout/episode.py. The task is a
-copy of `arith` under another name, added to the session scorer for the test only.
+copy of `arith` under another name, added to the session scorer for the test only. The last
+test plays the same episodes on the session's two real vLLM servers (it runs with the other
+server tests, last).
 """
 
 from __future__ import annotations
@@ -293,7 +295,7 @@ def test_a_failed_session_is_an_error_verdict_and_the_environment_is_closed(engi
 def test_a_slow_environment_delays_only_its_own_rollout(engine, play):
     env = FixedEnv(done_after=2, max_turns=2)
     samples = play(env)[:6]
-    env.slow = {samples[0].id: 6.0}
+    env.slow = {samples[0].id: 3.0}  # each of its two steps
     t0 = time.perf_counter()
     rollouts = engine.generate(samples, n=1, budget=Budget(thinking=32, answer=16, total=200),
                                temperature=1.0, seed=9, score=False)
@@ -302,7 +304,7 @@ def test_a_slow_environment_delays_only_its_own_rollout(engine, play):
     print(f"\nslow rollout {slow:.2f} s; the others {min(finished.values()):.2f}-"
           f"{max(finished.values()):.2f} s")
     assert slow >= 6.0
-    assert max(finished.values()) < 6.0  # done while the slow step still slept
+    assert max(finished.values()) < 3.0  # done while its first slow step still slept
     wait_closed(env)
 
 
