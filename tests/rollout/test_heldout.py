@@ -169,3 +169,14 @@ def test_malformed_turns_are_named(turns, calls):
            "tool_calls": calls}
     with pytest.raises(RowError, match="turns|tool_calls"):
         record_from_row(row)
+
+
+def test_a_multi_turn_row_carries_its_turns_calls_and_ending_and_a_single_turn_row_does_not():
+    from dataclasses import replace
+
+    mt = multi_turn("a", 0, 2, ("ok",))
+    row = replace(mt, meta={"ended": "max_turns"}).to_row()
+    assert [t["role"] for t in row["turns"]] == ["assistant", "tool", "assistant"]
+    assert row["tool_calls"][0]["status"] == "ok" and row["ended"] == "max_turns"
+    plain = rollout("plain", "a", 0, "correct").to_row()
+    assert not {"turns", "tool_calls", "ended"} & set(plain)
