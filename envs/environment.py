@@ -15,20 +15,16 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from scalerl.envs.base import Message, Sample
 
-ToolStatus = Literal["ok", "error", "timeout"]
-TOOL_STATUSES: tuple[str, ...] = ("ok", "error", "timeout")
-"""`ok`: the code ran to its end; `error`: it raised (the traceback is the output the model sees);
-`timeout`: it ran past the per-call limit (the output says so). All three are observations for
-the model, never a verifier error; a sandbox that cannot start or dies is `SessionFailed`."""
-
-
-class SessionFailed(RuntimeError):
-    """The tool's sandbox could not start or died mid-episode: the rollout's verdict is `error`
-    (excluded from training and counted, as a verifier error is), never an observation."""
+# ToolStatus, TOOL_STATUSES, SessionFailed and ToolOutcome are defined in the sandbox layer (the
+# tool session returns them; sandbox < envs) and are part of this contract: import them from here.
+from scalerl.sandbox.session_types import TOOL_STATUSES as TOOL_STATUSES
+from scalerl.sandbox.session_types import SessionFailed as SessionFailed
+from scalerl.sandbox.session_types import ToolOutcome as ToolOutcome
+from scalerl.sandbox.session_types import ToolStatus as ToolStatus
 
 
 @dataclass(frozen=True)
@@ -39,23 +35,6 @@ class ToolCall:
     """The tool's name (`python`)."""
     code: str
     """The program to run (the call's `code` argument)."""
-
-
-@dataclass(frozen=True)
-class ToolOutcome:
-    """What one tool call gave."""
-
-    status: ToolStatus
-    output: str
-    """What the model is shown: stdout and stderr (or the traceback, or "timed out after N s"),
-    already cut to the observation cap."""
-    latency_s: float
-    truncated: bool = False
-    """The output was cut to the cap."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "output": self.output,
-                "latency_s": round(self.latency_s, 4), "truncated": self.truncated}
 
 
 @dataclass(frozen=True)

@@ -29,11 +29,11 @@ import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from scalerl.envs.environment import SessionFailed, ToolOutcome
 from scalerl.sandbox import backend_problem, resolve_backend
 from scalerl.sandbox.base import Limits
 from scalerl.sandbox.config import SandboxConfig
 from scalerl.sandbox.session_launch import LAUNCHERS, Sandbox, StartFailed
+from scalerl.sandbox.session_types import SessionFailed, ToolOutcome
 
 KILL_GRACE_S = 1.0
 """Past `call_s`, how long the interpreter may take to report its own interruption before the
