@@ -199,6 +199,6 @@ def test_sharding_and_engine_devices_are_settable():
                                    "policy.gradient_checkpointing=true"])
     assert cfg.policy.sharding == "fsdp2" and cfg.engine.devices == (6, 7)
     assert cfg.policy.gradient_checkpointing is True
-    gpu = [load_config(name) for name in recipe_names() if name != "tiny-cpu"]
+    gpu = [load_config(name) for name in recipe_names() if not name.startswith("tiny-cpu")]
     assert gpu and all(c.policy.sharding == "fsdp2" and c.policy.gradient_checkpointing
                        for c in gpu)
