@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from scalerl.envs.base import Sample, Score
+from scalerl.envs.environment import Turn
 from scalerl.rollout.types import Rollout
 
 
@@ -88,9 +89,10 @@ def rollout_to_dict(r: Rollout) -> dict[str, Any]:
 
 
 def rollout_from_dict(d: dict[str, Any]) -> Rollout:
-    tuples = ("prompt_token_ids", "token_ids", "logprobs", "versions")
+    tuples = ("prompt_token_ids", "token_ids", "logprobs", "versions", "tool_calls")
     kw = {k: (tuple(v) if k in tuples else v) for k, v in d.items()}
     kw["score"] = Score(**d["score"])
+    kw["turns"] = tuple(Turn(**t) for t in d.get("turns") or ())
     return Rollout(**kw)
 
 

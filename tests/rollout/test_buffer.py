@@ -167,6 +167,20 @@ def test_rollout_round_trips_through_json():
     assert rollout_from_dict(json.loads(json.dumps(rollout_to_dict(r)))) == r
 
 
+def test_a_multi_turn_rollout_round_trips_through_json_with_its_turns_and_calls():
+    """A PipelineRL checkpoint keeps multi-turn rollouts whole (turns as Turn objects)."""
+    from dataclasses import replace
+
+    from scalerl.envs.environment import Turn
+
+    r = replace(make_rollout(make_sample(3), (1, 2, 2)),
+                turns=(Turn("assistant", "a", 0, 2, True), Turn("tool", "7", 2, 3, False)),
+                tool_calls=({"turn": 0, "name": "python", "code": "print(7)", "status": "ok",
+                             "output": "7\n", "latency_s": 0.01, "truncated": False},))
+    back = rollout_from_dict(json.loads(json.dumps(rollout_to_dict(r))))
+    assert back == r and isinstance(back.turns[1], Turn)
+
+
 def test_state_round_trip_neither_repeats_nor_skips_a_prompt():
     buf = GroupBuffer(groups_per_batch=2, max_lag=1)
     assert admit_all(buf, 0) == [0, 1, 2, 3]
