@@ -89,7 +89,9 @@ class TinyRecipe:
     seed: int = 0
     """Seeds the weight initialisation (the SFT order uses `sft.seed`)."""
     check_tasks: tuple[str, ...] = ("arith",)
-    """Tasks whose held-out pass@1 (sampled at T=1) is measured after the build (tiny.json)."""
+    """Tasks whose held-out pass@1 (sampled at T=1) is measured after the build (tiny.json); one
+    turn, no environment, so a tool task is measured without its tool (scalerl/tiny_tools.py
+    `tool_pass_rate` measures it with)."""
     check_limit: int = 300
     """Held-out samples per checked task."""
     digit_noise: float = 0.05
