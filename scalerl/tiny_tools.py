@@ -9,9 +9,9 @@ from the task's own program (`print(A * B)` or `print(A // B)`, checked against 
 in the sandbox, so thousands of traces cost nothing; a test checks it against a real session.
 A direct answer (no tool) is one trained segment. `tool_pass_rate` samples held-out problems by
 Hugging Face generation and plays each episode with the task's environment and a real sandbox
-session pool; `python -m scalerl.tiny_tools MODEL [--limit N]` prints it beside the pass@1 of
-the same model without tools (no environment: one turn, the model must write the result itself)
-as JSON. This module builds no model and trains nothing (scalerl/tiny.py does).
+session pool; `scalerl tiny --model MODEL --check-tools` prints it beside the pass@1 of the same
+model without tools (no environment: one turn, the model must write the result itself) as JSON
+(scalerl/commands/tiny.py). This module builds no model and trains nothing (scalerl/tiny.py does).
 """
 
 from __future__ import annotations
@@ -169,50 +169,3 @@ def tool_pass_rate(model, tokenizer, task_name: str, sessions: Any, *, limit: in
     correct = sum(task.score(s, t).correct for s, t in zip(samples, final, strict=True))
     n = max(1, len(samples))
     return {"pass1": correct / n, "tool_calls_mean": sum(calls) / n}
-
-
-def check(model_name: str, *, task: str = "arith_tool", limit: int = 250,
-          seed: int = 0) -> dict[str, Any]:
-    """Held-out pass@1 of `model_name` (a tiny model's name or an HF directory, e.g. a run's
-    checkpoint) on `task` with the tool (a real sandbox, the run's default backend) and without,
-    each sampled once per problem at T=1 by HF generation, with their wall times."""
-    import time
-
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from scalerl.models import resolve_model
-    from scalerl.sandbox.config import SandboxConfig
-    from scalerl.sandbox.session import SessionPool
-    from scalerl.tiny import sampled_pass_rate
-
-    path = resolve_model(model_name)
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
-    tok = AutoTokenizer.from_pretrained(path)
-    start = time.perf_counter()
-    with SessionPool(SandboxConfig(), warm=4) as pool:
-        on = tool_pass_rate(model, tok, task, pool, limit=limit, seed=seed)
-    mid = time.perf_counter()
-    off = sampled_pass_rate(model, tok, task, limit=limit, seed=seed, max_new_tokens=128)
-    return {"model": path, "task": task, "limit": limit, "tools_on": on,
-            "tools_off": {"pass1": off}, "seconds_on": round(mid - start, 1),
-            "seconds_off": round(time.perf_counter() - mid, 1)}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-    import json
-
-    parser = argparse.ArgumentParser(prog="python -m scalerl.tiny_tools",
-                                     description="held-out pass@1 with and without the tool")
-    parser.add_argument("model", help="tiny-tools, tiny, or a model directory (a checkpoint)")
-    parser.add_argument("--task", default="arith_tool")
-    parser.add_argument("--limit", type=int, default=250, help="held-out problems (default 250)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    print(json.dumps(check(args.model, task=args.task, limit=args.limit, seed=args.seed)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

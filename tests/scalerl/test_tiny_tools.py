@@ -163,3 +163,15 @@ def test_small_tools_build_plays_episodes_with_the_tool(tmp_path):
     with SessionPool(SandboxConfig(backend="bwrap"), warm=1) as pool:
         out = tool_pass_rate(model, tokenizer, "arith_tool", pool, limit=4, max_new_tokens=24)
     assert 0.0 <= out["pass1"] <= 1.0 and out["tool_calls_mean"] >= 0.0
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--model", "nope"], "--model 'nope': expected one of tiny, tiny-tools"),
+    (["--check-tools", "--limit", "0"], "--limit must be >= 1, got 0"),
+])
+def test_scalerl_tiny_refuses_bad_input_in_one_line(capsys, argv, says):
+    from scalerl.cli import main
+
+    assert main(["tiny", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and "\n" not in err
