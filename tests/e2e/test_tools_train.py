@@ -20,7 +20,8 @@ pytestmark = pytest.mark.slow
 SETS = ["checkpoint.every=1", "checkpoint.keep=3", "val.every=0", "offpolicy.mode=pipelinerl",
         "offpolicy.max_lag=1", "offpolicy.prompts_per_step=4", "offpolicy.rollouts_per_prompt=4",
         "filters.zero_variance=false", "log.progress=false", "log.trackers=[]",
-        "tasks=[{name: arith_tool, budget: {answer: 64, total: 160}}, {name: arith}]"]
+        "tasks=[{name: arith_tool, budget: {answer: 64, total: 160}},"
+        " {name: arith, budget: {thinking: 48, answer: 16}}]"]
 
 
 def command(run_dir: Path, model: str, steps: int, resume: bool = False) -> list[str]:
