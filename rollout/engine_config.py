@@ -16,6 +16,9 @@ from typing import Literal
 
 from scalerl.rollout.vllm_worker import WORKER_EXTENSION
 
+TOOL_FORMATS: tuple[str, ...] = ("auto", "chat", "plain")
+"""`EngineConfig.tool_format`'s values (envs/tool_format.py's formats, and `auto`)."""
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -98,6 +101,11 @@ class EngineConfig:
     lowest priority first. None: 2 x max_num_seqs (a full batch running and one waiting on the
     server), 2 x 1024 when max_num_seqs is null (vLLM 0.32's default for an API server on an
     H100/H200: vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults)."""
+    tool_format: str = "auto"
+    """How tool calls of multi-turn tasks are written and answered (envs/tool_format.py): `chat`
+    (the chat template's tools, e.g. Qwen3's `<tool_call>` answered by `tool` messages), `plain`
+    (a fenced python block stopped at ```output, answered by the output), `auto` (chat when the
+    tokenizer's template renders tools, else plain)."""
     log_stats: bool = False
     """vLLM's own statistics: its periodic throughput log lines and, on a server, the Prometheus
     gauges at `/metrics` (`vllm:num_requests_running`, `vllm:num_requests_waiting`,
@@ -189,6 +197,9 @@ class EngineConfig:
                                  "http://HOST:PORT or https://HOST:PORT")
         if len(set(self.servers)) != len(self.servers):
             raise ValueError(f"EngineConfig.servers lists a server twice: {list(self.servers)}")
+        if self.tool_format not in TOOL_FORMATS:
+            raise ValueError(f"EngineConfig.tool_format {self.tool_format!r}; valid: "
+                             f"{', '.join(TOOL_FORMATS)}")
         for name in ("weight_timeout_s", "start_timeout_s", "server_timeout_s",
                      "server_request_timeout_s", "server_wait_s"):
             if getattr(self, name) <= 0:

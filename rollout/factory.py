@@ -12,7 +12,9 @@ from scalerl.rollout.scorer import Scorer
 def make_generator(model_path: str, config: EngineConfig, *, scorer: Scorer,
                    fp32_head: bool = True, **kwargs) -> BaseGenerator:
     """A started generator for `model_path` (servers: connected, holding its weights) that renders
-    and scores with `scorer` (the run's tasks and grading settings)."""
+    and scores with `scorer` (the run's tasks and grading settings), writing tool calls in
+    `config.tool_format` unless `tool_format=` says otherwise."""
+    kwargs.setdefault("tool_format", config.tool_format)
     if config.servers:
         from scalerl.rollout.server_generator import ServerGenerator
 

@@ -64,10 +64,11 @@ def add_tool_args(parser: argparse.ArgumentParser) -> None:
                    "integrated reasoning); a task with an environment of its own is refused")
     g.add_argument("--max-turns", type=int, default=4,
                    help="assistant turns at most with --tools (default 4)")
-    g.add_argument("--tool-format", choices=("auto", "chat", "plain"), default="auto",
+    g.add_argument("--tool-format", choices=("auto", "chat", "plain"),
                    help="how tool calls are written: chat (the chat template's tools, e.g. "
                    "Qwen3's <tool_call>), plain (a ```python block answered by ```output), auto "
-                   "(chat when the template renders tools; default)")
+                   "(chat when the template renders tools); default: a run dir's "
+                   "engine.tool_format, else auto")
 
 
 def with_tool_args(args: argparse.Namespace, tasks: dict) -> dict:
@@ -147,7 +148,8 @@ def engine_config(args: argparse.Namespace, model: str,
         base = EngineConfig(max_model_len=own or EngineConfig().max_model_len)
     flags = {"dtype": args.dtype, "kv_cache_gib": args.kv_cache_gib,
              "memory_fraction": args.memory_fraction, "max_model_len": args.max_model_len,
-             "max_num_seqs": args.max_num_seqs, "log_stats": getattr(args, "log_stats", None)}
+             "max_num_seqs": args.max_num_seqs, "log_stats": getattr(args, "log_stats", None),
+             "tool_format": getattr(args, "tool_format", None)}
     if getattr(args, "server", None):  # commands without --server leave the base's servers
         flags["servers"] = tuple(args.server)
     changes = {k: v for k, v in flags.items() if v is not None}

@@ -203,7 +203,7 @@ def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
     train = {n: t for n, t in train.items() if not problems[n]}
     models = resolve_models(args.model)
     engine = engine_config(args, models[0].path, run_cfg.engine if run_cfg else None)
-    settings = eval_settings(args, run_cfg, names, ks, engine.max_model_len)
+    settings = eval_settings(args, run_cfg, names, ks, engine.max_model_len, engine.tool_format)
     objects = with_tool_args(args, prompted_tasks(objects, settings.prompt))  # as rendered
     fp32_head = args.fp32_head if args.fp32_head is not None else (
         run_cfg.policy.fp32_head if run_cfg else True)
@@ -228,7 +228,7 @@ def _train_mix(args, run_cfg, sources) -> dict:
 
 
 def eval_settings(args, run_cfg, names: tuple[str, ...], ks: tuple[int, ...] | None,
-                  max_model_len: int):
+                  max_model_len: int, tool_format: str = "auto"):
     """The protocol's settings for `names`, with the flags given on top; a budget that cannot
     fit the engine's context is cut to fit (and the report says so)."""
     from scalerl.evaluation.protocols import PROTOCOLS, RUN, run_protocol
@@ -249,7 +249,7 @@ def eval_settings(args, run_cfg, names: tuple[str, ...], ks: tuple[int, ...] | N
         n_by_task=tuple((t, args.n or proto.n_of(t)) for t in names), notes=tuple(notes),
         prompt=proto.prompt, tools=getattr(args, "tools", None),
         max_turns=args.max_turns if getattr(args, "tools", None) else None,
-        tool_format=getattr(args, "tool_format", "auto"))
+        tool_format=tool_format)
 
 
 def _fit(budget, max_model_len: int, task: str, notes: list[str]):
@@ -309,8 +309,7 @@ def run_models(args, plan: Plan) -> int:
 
     def make_generator(path: str):
         return start_generator(path, plan.engine, fp32_head=plan.fp32_head,
-                               scorer=Scorer(plan.tasks, plan.grading),
-                               tool_format=plan.settings.tool_format)
+                               scorer=Scorer(plan.tasks, plan.grading))
 
     try:
         found = contamination_of(plan)

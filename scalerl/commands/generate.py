@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         task, samples, budget, model, config = prepare(args)
         gen = start_generator(model, config, fp32_head=args.fp32_head is not False,
-                              scorer=Scorer([task], grading(args)), tool_format=args.tool_format)
+                              scorer=Scorer([task], grading(args)))
     except PreflightError as exc:
         print(exc.lines("generate"), file=sys.stderr)
         return PREFLIGHT_EXIT

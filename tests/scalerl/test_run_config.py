@@ -202,3 +202,12 @@ def test_sharding_and_engine_devices_are_settable():
     gpu = [load_config(name) for name in recipe_names() if not name.startswith("tiny-cpu")]
     assert gpu and all(c.policy.sharding == "fsdp2" and c.policy.gradient_checkpointing
                        for c in gpu)
+
+
+def test_the_tool_format_is_an_engine_setting_checked_at_start_up():
+    assert load_config("tiny-cpu").engine.tool_format == "auto"
+    assert load_config("tiny-cpu", ["engine.tool_format=plain"]).engine.tool_format == "plain"
+    with pytest.raises(ConfigError) as info:
+        load_config("tiny-cpu", ["engine.tool_format=xml"])
+    assert "tool_format" in str(info.value) and "auto, chat, plain" in str(info.value)
+    assert "\n" not in str(info.value)
