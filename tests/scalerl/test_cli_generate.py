@@ -23,6 +23,10 @@ REQUIRED = {"sample_id", "task", "completion", "token_ids", "logprobs", "finish_
     (["--model", "tiny", "--task", "arith", "--max-model-len", "999999"],
      "--max-model-len 999999 exceeds the context length of"),
     (["--model", "tiny", "--task", "arith", "--answer-budget", "0"], "Budget.answer must be > 0"),
+    (["--model", "tiny", "--task", "arith_tool", "--tools", "python"],
+     "task 'arith_tool' already has an environment"),
+    (["--model", "tiny", "--task", "arith", "--tools", "python", "--max-turns", "0"],
+     "--max-turns must be >= 1, got 0"),
 ])
 def test_bad_arguments_fail_in_one_line(argv, message, tmp_path, capsys):
     assert main(["generate", *argv, "--out", str(tmp_path / "o.jsonl")]) == 2
