@@ -166,7 +166,8 @@ def trainer_memory(shape: ModelShape, t: TrainerLayout) -> dict[str, int]:
 
 def missed_terms(shape: ModelShape, t: TrainerLayout, state: int, compute: int, kept: int
                  ) -> dict[str, int]:
-    """The parts a first count missed (issue #27, item 10), one formula each:
+    """The trainer memory a first count of weights, gradients, optimizer state and activations
+    missed, one formula each:
 
     `rmsnorm_fp32`: transformers 5's RMSNorm (models/qwen3/modeling_qwen3.py Qwen3RMSNorm)
     casts a bf16 input to fp32 and autograd keeps that copy for `pow` and the product: 4 bytes

@@ -281,8 +281,6 @@ def test_the_python_tool_runs_in_the_sandbox_through_an_episode(tokenizer):
     """arith_tool's real environment, the `plain` format and a sandboxed session (this machine's
     best backend): the scripted model writes a ```python block then ```output (the stop string),
     the session runs it, the output is appended as tokens, the model boxes the answer."""
-    pytest.importorskip("scalerl.envs.python_env", reason="the python environment (issue 28, "
-                        "another part) is not in this checkout")
     from scalerl.envs.catalog import get_task as task_named
     from scalerl.envs.grading import Grading
     from scalerl.envs.tool_format import tool_format
