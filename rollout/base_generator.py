@@ -188,10 +188,11 @@ class BaseGenerator:
         with self._env_lock:
             if self._env_context is None:
                 from scalerl.envs.tool_format import choose_tool_format
+                from scalerl.sandbox.session import LazySessions
 
                 grading = self._scorer().grading
                 fmt = choose_tool_format(self.tool_format, self.tokenizer)
-                self._env_context = EnvContext(sessions=E.LazySessions(grading.sandbox),
+                self._env_context = EnvContext(sessions=LazySessions(grading.sandbox),
                                                tool_format=fmt, options={"grading": grading})
             if self._env_pool is None:
                 self._env_pool = ThreadPoolExecutor(max(ENV_WORKERS, self.concurrency() or 0),

@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -152,35 +151,6 @@ class Transcript:
         self.turns.append(Turn(role, delta, start, len(self.tokens), False))
         self.messages += [dict(m) for m in reply.messages]
         self.observation_tokens += len(ids)
-
-
-class LazySessions:
-    """The run's tool sessions: a sandbox/session.py `SessionPool` made at the first `acquire`
-    (a run whose environments never call the tool starts no sandbox). `SessionFailed` from
-    `acquire` when the sandbox cannot run here."""
-
-    def __init__(self, sandbox: Any) -> None:
-        self.sandbox = sandbox
-        self._pool: Any = None
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def acquire(self) -> Any:
-        with self._lock:
-            if self._closed:
-                raise SessionFailed("the tool session pool is closed")
-            if self._pool is None:
-                from scalerl.sandbox.session import SessionPool
-
-                self._pool = SessionPool(self.sandbox)
-            pool = self._pool
-        return pool.acquire()
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed, pool = True, self._pool
-        if pool is not None:
-            pool.close()
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The sandboxed persistent Python interpreter of tool use: `PythonSession`, `SessionPool`.
+"""The sandboxed persistent Python interpreter of tool use: `PythonSession`, `SessionPool`,
+`LazySessions` (a pool made at its first use, as runs and `scalerl score` hold one).
 
 One session per rollout: variables survive between calls (a final bare expression's repr is shown,
 as in a notebook), inside the configured sandbox backend (bwrap by default, docker; `process` only
@@ -304,3 +305,30 @@ class SessionPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class LazySessions:
+    """A run's tool sessions: a `SessionPool` made at the first `acquire` (a run whose
+    environments never call the tool starts no sandbox). `SessionFailed` from `acquire` when
+    the sandbox cannot run here, or once closed."""
+
+    def __init__(self, sandbox: SandboxConfig) -> None:
+        self.sandbox = sandbox
+        self._pool: SessionPool | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def acquire(self) -> PythonSession:
+        with self._lock:
+            if self._closed:
+                raise SessionFailed("the tool session pool is closed")
+            if self._pool is None:
+                self._pool = SessionPool(self.sandbox)
+            pool = self._pool
+        return pool.acquire()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed, pool = True, self._pool
+        if pool is not None:
+            pool.close()

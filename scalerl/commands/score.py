@@ -81,7 +81,7 @@ class Resolver:
         if self._context is None:
             from scalerl.envs.environment import EnvContext
             from scalerl.envs.tool_format import tool_format
-            from scalerl.rollout.episode import LazySessions
+            from scalerl.sandbox.session import LazySessions
 
             self._context = EnvContext(sessions=LazySessions(DEFAULT_GRADING.sandbox),
                                        tool_format=tool_format(self._tool_format),

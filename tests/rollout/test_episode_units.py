@@ -298,7 +298,9 @@ def test_the_python_tool_runs_in_the_sandbox_through_an_episode(tokenizer):
     backend = Scripted(tokenizer, 1024, reply)
     backend.scorer = Scorer([task])
     grading = Grading()
-    sessions = E.LazySessions(grading.sandbox)
+    from scalerl.sandbox.session import LazySessions
+
+    sessions = LazySessions(grading.sandbox)
     context = EnvContext(sessions=sessions, tool_format=tool_format("plain"),
                          options={"grading": grading})
     try:
