@@ -7,7 +7,7 @@ envs/catalog.py's job; this module loads nothing, scores nothing, reads no data.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from scalerl.envs.kinds import UnknownTaskError
@@ -53,6 +53,17 @@ def register_task_prefix(prefix: str, *, description: str = "") -> Callable:
         return factory
 
     return deco
+
+
+def checked_levels(family_name: str, levels: Sequence[str], known: Sequence[str]
+                   ) -> tuple[str, ...]:
+    """`levels` of a synthetic task family (`arith:add2,mul2`), each one of `known`;
+    UnknownTaskError naming the unknown ones (or none given) and the valid ones."""
+    unknown = [lv for lv in levels if lv not in known]
+    if unknown or not levels:
+        raise UnknownTaskError(f"unknown {family_name} level {', '.join(unknown) or '(none)'}; "
+                               f"levels: {', '.join(known)}")
+    return tuple(levels)
 
 
 def family(name: str) -> str:

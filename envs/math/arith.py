@@ -17,7 +17,11 @@ from dataclasses import dataclass
 from scalerl.envs.base import Sample
 from scalerl.envs.data import assign_splits, prompt_key, split_of
 from scalerl.envs.math import verifier as _math_kind  # noqa: F401 - registers the `math` kind
-from scalerl.envs.registry import UnknownTaskError, register_task, register_task_prefix
+from scalerl.envs.registry import (
+    checked_levels,
+    register_task,
+    register_task_prefix,
+)
 from scalerl.envs.task import Task
 
 ARITH_SYSTEM_PROMPT = "Think in <think></think>, then give the answer in \\boxed{}."
@@ -165,13 +169,8 @@ class ArithTask(Task):
         train_size: int = 1000,
         test_size: int = 50,
     ) -> None:
-        unknown = [lv for lv in levels if lv not in LEVELS]
-        if unknown or not levels:
-            raise UnknownTaskError(
-                f"unknown arith level {', '.join(unknown) or '(none)'}; levels: {', '.join(LEVELS)}"
-            )
         self.name = name
-        self.levels = tuple(levels)
+        self.levels = checked_levels("arith", levels, tuple(LEVELS))
         self.seed = seed
         self.train_size, self.test_size = train_size, test_size
         self.source = f"synthetic: {', '.join(self.levels)} (seed {seed})"

@@ -22,7 +22,11 @@ from scalerl.envs.data import assign_splits, prompt_key
 from scalerl.envs.math import verifier as _math_kind  # noqa: F401 - registers the `math` kind
 from scalerl.envs.math.arith import is_heldout
 from scalerl.envs.python_env import PythonEnvironment
-from scalerl.envs.registry import UnknownTaskError, register_task, register_task_prefix
+from scalerl.envs.registry import (
+    checked_levels,
+    register_task,
+    register_task_prefix,
+)
 from scalerl.envs.task import Task
 
 ARITH_TOOL_SYSTEM_PROMPT = (
@@ -99,11 +103,8 @@ class ArithToolTask(Task):
     def __init__(self, name: str = "arith_tool", levels: Sequence[str] = DEFAULT_TOOL_MIX, *,
                  seed: int = 0, train_size: int = 1000, test_size: int = 50,
                  max_turns: int = ARITH_TOOL_MAX_TURNS) -> None:
-        unknown = [lv for lv in levels if lv not in TOOL_LEVELS]
-        if unknown or not levels:
-            raise UnknownTaskError(f"unknown arith_tool level {', '.join(unknown) or '(none)'}; "
-                                   f"levels: {', '.join(TOOL_LEVELS)}")
-        self.name, self.levels, self.seed = name, tuple(levels), seed
+        self.levels = checked_levels("arith_tool", levels, tuple(TOOL_LEVELS))
+        self.name, self.seed = name, seed
         self.train_size, self.test_size = train_size, test_size
         self.environment = PythonEnvironment(max_turns=max_turns)
         self.source = f"synthetic, with a python tool: {', '.join(self.levels)} (seed {seed})"
