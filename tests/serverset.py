@@ -69,6 +69,14 @@ class ServerSet:
         """`sig` to every process of server i."""
         os.killpg(self.procs[i].pid, sig)
 
+    def signal_engine(self, i: int, sig: int) -> None:
+        """`sig` to server i's engine processes (engine core, workers), not its API server: with
+        SIGSTOP its requests stay in flight while its HTTP side (/health, /metrics) answers."""
+        for proc in self.group(i):
+            if proc.pid != self.procs[i].pid:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.send_signal(sig)
+
     def group(self, i: int) -> list[psutil.Process]:
         return [p for p in psutil.process_iter() if _pgid(p) == self.procs[i].pid]
 

@@ -1,7 +1,9 @@
 """`scalerl train` on two real vLLM servers (the session's `vllm_servers`, on loopback).
 
-One server is SIGKILLed after step 2 while its scheduler holds requests (vLLM's gauges at
-`/metrics`): its rollouts are issued again on the other and every step is trained, with the
+One server is SIGKILLed after step 2 while it certainly holds requests: once its gauges at
+`/metrics` show a request, its engine processes are stopped (SIGSTOP) and, if the gauges then
+still count some, the whole server is killed. Its rollouts are issued again on the other and
+every step is trained, with the
 generator/trainer mismatch at fp32 noise (max_lag 0: every batch on-policy, so the mismatch is
 precision alone, ~1e-9; a lagged batch adds the policy's own change, ~1e-4, and a bf16 side
 ~1e-3). The other is then hung (SIGSTOP) after step 4: with no server left the run waits
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 import requests
 from e2e_runs import run_to_end, steps_of
+from serverset import ServerSet
 
 pytestmark = [pytest.mark.slow, pytest.mark.kills_server]
 
@@ -48,26 +51,40 @@ def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen) -> None:
 
 
 def in_flight(url: str) -> float:
-    """Requests the server's scheduler holds (running + waiting), from vLLM's own Prometheus
-    gauges (the session's servers run with `--log-stats`). Exact at the last engine step, unlike
-    vLLM's `/load` counter, which a request whose client goes away as it completes leaves
-    counted (or, cancelled, counts off twice): a /load threshold could be met by an idle server,
-    whose SIGKILL then has no request to issue again (a CI run failed so)."""
+    """Requests the server's scheduler holds (running + waiting) at its last engine step, from
+    vLLM's own Prometheus gauges (the session's servers run with `--log-stats`)."""
     text = requests.get(f"{url}/metrics", timeout=10).text
     gauges = ("vllm:num_requests_running", "vllm:num_requests_waiting")
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.split("{", 1)[0].split(" ", 1)[0] in gauges)
 
 
-def wait_busy(url: str, proc: subprocess.Popen, requests_at_least: int = 8) -> None:
-    """Until the server's scheduler holds at least `requests_at_least` of the run's requests. A
-    batch puts ~16 requests on each server, so at 8 most are still running."""
+def kill_holding_requests(servers: ServerSet, i: int, proc: subprocess.Popen) -> float:
+    """SIGKILL server i while requests of the run are in flight on it; how many.
+
+    The tiny model answers a request in ~0.1 s, less than the time between reading the gauges
+    and a kill, so a busy reading alone can meet a server that has just finished (CI runs failed
+    so, twice). Here the engine is stopped first: no request can finish then, and the gauges,
+    read again once the API server has taken in what the engine sent before it stopped, count
+    requests that no client has had an answer to. None left: the engine goes on and the next
+    busy reading is tried."""
+    url = servers.urls[i]
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
-        if in_flight(url) >= requests_at_least:
-            return
+        if in_flight(url) >= 1:
+            servers.signal_engine(i, signal.SIGSTOP)
+            time.sleep(0.5)
+            held = in_flight(url)
+            if held >= 1:
+                servers.signal(i, signal.SIGKILL)
+                return held
+            servers.signal_engine(i, signal.SIGCONT)
         time.sleep(0.01)
-    raise AssertionError(f"{url} never had a request in flight (exit {proc.poll()})")
+    raise AssertionError(f"{url} never held a request of the run (exit {proc.poll()})")
+
+
+def last_step(run_dir: Path) -> int:
+    return max(steps_of(run_dir), default=0)
 
 
 def test_training_survives_a_killed_server_then_stops_and_resumes_with_none_left(
@@ -77,9 +94,10 @@ def test_training_survives_a_killed_server_then_stops_and_resumes_with_none_left
         proc = subprocess.Popen(command(run_dir, tiny_model_path, vllm_servers.urls),
                                 stdout=out, stderr=subprocess.STDOUT, text=True)
         wait_for_step(run_dir, 2, proc)
-        wait_busy(vllm_servers.urls[1], proc)
-        vllm_servers.signal(1, signal.SIGKILL)
-        wait_for_step(run_dir, 4, proc)
+        held = kill_holding_requests(vllm_servers, 1, proc)
+        # The killed batch is at most two steps after the last one written: trained before the
+        # other server goes.
+        wait_for_step(run_dir, max(4, last_step(run_dir) + 2), proc)
         vllm_servers.signal(0, signal.SIGSTOP)
         try:
             code = proc.wait(300)
@@ -92,7 +110,7 @@ def test_training_survives_a_killed_server_then_stops_and_resumes_with_none_left
     first = steps_of(run_dir)
     stopped = max(first)
     assert stopped >= 4 and (run_dir / "checkpoints" / f"step-{stopped:06d}").is_dir()
-    assert first[stopped]["servers/reissued_total"] > 0, text[-3000:]  # the killed server's
+    assert first[stopped]["servers/reissued_total"] >= held, text[-3000:]  # the killed server's
 
     run_to_end(command(run_dir, tiny_model_path, vllm_servers.urls, resume=True))
     steps = steps_of(run_dir)
