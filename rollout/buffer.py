@@ -37,12 +37,13 @@ class PromptGroup:
     rollouts: tuple[Rollout, ...]
 
     @property
-    def min_version(self) -> int:
-        return min(r.min_version for r in self.rollouts)
-
-    @property
-    def max_version(self) -> int:
-        return max(r.max_version for r in self.rollouts)
+    def min_version(self) -> int | None:
+        """The oldest policy version that sampled a token of the group; None when no rollout
+        has one (a prompt too long to generate, an episode that failed before its first
+        token): no policy made such a group, so it has no lag and is never stale (generating it
+        again gives the same)."""
+        versions = [r.min_version for r in self.rollouts if r.versions]
+        return min(versions) if versions else None
 
 
 @dataclass(frozen=True)
@@ -58,20 +59,21 @@ class Batch:
     regenerated: int = 0
     """Groups found too stale at take time and sent back for regeneration."""
     lags: tuple[int, ...] = field(default=())
-    """Lag of every rollout: trainer_version - rollout.min_version."""
+    """Lag of every rollout with tokens: trainer_version - rollout.min_version."""
 
     @property
     def rollouts(self) -> list[Rollout]:
         return [r for g in self.groups for r in g.rollouts]
 
 
-def rollout_lag(trainer_version: int, rollout: Rollout) -> int:
-    """Versions between the weights that will train on `rollout` and its oldest token.
+def rollout_lag(trainer_version: int, rollout: Rollout) -> int | None:
+    """Versions between the weights that will train on `rollout` and its oldest token (None
+    for a rollout without tokens: no policy sampled it).
 
     0 means every token was sampled by the very weights now being updated (on-policy).
     PPO-offpolicy-1 always has lag 0; PPO-offpolicy-k has lags 0..k-1.
     """
-    return trainer_version - rollout.min_version
+    return trainer_version - rollout.min_version if rollout.versions else None
 
 
 def lag_metrics(lags: Sequence[int]) -> dict[str, float]:
@@ -218,7 +220,8 @@ class GroupBuffer:
             self._batches_taken += 1
             self._next_version = trainer_version + 1
             self._cond.notify_all()
-        lags = tuple(rollout_lag(trainer_version, r) for g in groups for r in g.rollouts)
+        lags = tuple(lag for g in groups for r in g.rollouts
+                     if (lag := rollout_lag(trainer_version, r)) is not None)
         return Batch(index=b, trainer_version=trainer_version, groups=groups,
                      wait_s=time.monotonic() - start, regenerated=regenerated, lags=lags)
 
@@ -226,8 +229,9 @@ class GroupBuffer:
         n = 0
         for s in seqs:
             slot = self._slots.get(s)
-            if slot is not None and slot.state == "done" and slot.group is not None \
-                    and trainer_version - slot.group.min_version > self.max_lag:
+            oldest = slot.group.min_version if slot is not None and slot.group else None
+            if oldest is not None and slot.state == "done" \
+                    and trainer_version - oldest > self.max_lag:
                 slot.state, slot.group = "queued", None
                 n += 1
         if n:

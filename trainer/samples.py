@@ -52,8 +52,9 @@ def sample_rows(groups: Sequence[Group], rewarded: Sequence[Group], *, step: int
              "prompt": decode(r.prompt_token_ids), "completion": r.completion,
              "status": r.score.status, "reward": rewards.get((r.task, r.sample_id, r.group)),
              "finish_reason": r.finish_reason, "thinking_tokens": r.thinking_tokens,
-             "answer_tokens": r.answer_tokens, "policy_version": r.min_version,
-             "lag": trainer_version - r.min_version}
+             "answer_tokens": r.answer_tokens,
+             "policy_version": r.min_version if r.versions else None,
+             "lag": trainer_version - r.min_version if r.versions else None}
             for r in pick(groups, per_task)]
 
 

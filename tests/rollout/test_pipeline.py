@@ -131,6 +131,43 @@ def test_max_lag_zero_is_synchronous_ppo_offpolicy_1():
     assert (m["async/lag_min"], m["async/lag_mean"], m["async/lag_max"]) == (0.0, 0.0, 0.0)
 
 
+class TooLong(FakeGenerator):
+    """Reports the prompts in `ids` unsent, as a real generator reports a prompt too long for
+    its max_model_len (rollout/base_generator.py `too_long`): no token, no version."""
+
+    def __init__(self, ids: set[str], **kw):
+        super().__init__(**kw)
+        self.ids = ids
+
+    def generate(self, samples, *, n, **kw):
+        (sample,) = samples
+        if sample.id not in self.ids:
+            return super().generate(samples, n=n, **kw)
+        self.calls.append((sample.id, kw.get("seed")))
+        return [Rollout(sample_id=sample.id, task=sample.task, prompt_token_ids=(1,) * 9,
+                        token_ids=(), logprobs=(), versions=(), finish_reason="prompt_too_long",
+                        thinking_tokens=0, answer_tokens=0, completion="", group=i,
+                        score=Score(status="error", detail="prompt too long")) for i in range(n)]
+
+
+@pytest.mark.parametrize("max_lag", [0, 2])
+def test_a_group_without_tokens_has_no_lag_and_is_never_sent_back(max_lag):
+    """A too-long prompt's group was made by no policy: it is served once, whatever the
+    trainer's version (it counted as version -1, so from step max_lag on it was sent back
+    without end and the run waited forever), and it adds no lag to the batch's figures."""
+    gen = TooLong({"p1", "p4", "p5"}, tokens=2, token_s=0.001)
+    with make_pipeline(gen, CountingSampler(), max_lag=max_lag) as pipe:
+        batches = train(pipe, gen, steps=5, step_s=0.02)
+        m = pipe.metrics(batches[-1])
+    assert [g.sample.id for b in batches for g in b.groups] == [f"p{i}" for i in range(10)]
+    calls = [sample_id for sample_id, _ in gen.calls]
+    assert all(calls.count(f"p{i}") == 1 for i in (1, 4, 5)), calls
+    assert all(b.regenerated == 0 for b in batches)
+    assert batches[2].lags == () and m["async/regenerated_total"] == 0  # p4, p5: no tokens
+    assert all(0 <= lag <= max_lag for b in batches for lag in b.lags)
+    assert len(batches[0].lags) == 2 and len(batches[1].lags) == 4  # p1's rollouts left out
+
+
 def test_lag_metrics_of_a_batch_match_its_rollouts():
     gen = FakeGenerator(tokens=2, token_s=0.001)
     with make_pipeline(gen, CountingSampler(), max_lag=2) as pipe:

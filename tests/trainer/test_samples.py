@@ -56,6 +56,18 @@ def test_a_row_carries_the_reward_it_trained_with_and_its_lag():
     assert {r["task"] for r in rows} == {"arith", "synth_code"}
 
 
+def test_a_rollout_without_tokens_has_no_version_and_no_lag():
+    """No policy sampled it (e.g. an episode whose sandbox failed before the first turn): the
+    row says so instead of a lag counted from version -1."""
+    groups = fake_groups(n_prompts=1, n=2)
+    groups[0][0] = dataclasses.replace(groups[0][0], token_ids=(), logprobs=(), versions=(),
+                                       score=Score("error", "sandbox did not start"))
+    rows = sample_rows(groups, [[]], step=3, trainer_version=2, per_task=2,
+                       decode=lambda ids: "")
+    assert (rows[0]["policy_version"], rows[0]["lag"]) == (None, None)
+    assert (rows[1]["policy_version"], rows[1]["lag"]) == (0, 2)
+
+
 def test_two_tasks_with_the_same_sample_ids_keep_their_own_rewards():
     arith, code = fake_groups(n_prompts=1, n=2), fake_groups(n_prompts=1, n=2)
     code[0][:] = [dataclasses.replace(r, task="synth_code") for r in code[0]]
