@@ -229,9 +229,10 @@ class GroupBuffer:
         n = 0
         for s in seqs:
             slot = self._slots.get(s)
-            oldest = slot.group.min_version if slot is not None and slot.group else None
-            if oldest is not None and slot.state == "done" \
-                    and trainer_version - oldest > self.max_lag:
+            if slot is None or slot.state != "done":
+                continue
+            oldest = slot.group.min_version
+            if oldest is not None and trainer_version - oldest > self.max_lag:
                 slot.state, slot.group = "queued", None
                 n += 1
         if n:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from scalerl.rollout.buffer import rollout_lag
 from scalerl.rollout.types import Rollout
 from scalerl.trainer.filters import Group
 
@@ -54,7 +55,7 @@ def sample_rows(groups: Sequence[Group], rewarded: Sequence[Group], *, step: int
              "finish_reason": r.finish_reason, "thinking_tokens": r.thinking_tokens,
              "answer_tokens": r.answer_tokens,
              "policy_version": r.min_version if r.versions else None,
-             "lag": trainer_version - r.min_version if r.versions else None}
+             "lag": rollout_lag(trainer_version, r)}
             for r in pick(groups, per_task)]
 
 
