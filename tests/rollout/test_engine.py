@@ -127,9 +127,17 @@ def test_update_weights_in_flight_changes_logprobs_and_versions(engine, tiny_mod
     before = engine.generate(sample, n=1, budget=budget, temperature=0.0, seed=0, score=False)[0]
     assert set(before.versions) == {v0}
 
-    # Zero the LM head while 32 long rollouts are running: every token sampled after the update
-    # comes from uniform logits, so its logprob is exactly -log(V).
+    # A zero LM head: uniform logits, so every token's logprob is exactly -log(V) and EOS comes 1
+    # in V. Rollouts under it run on to their budgets, so the update back to the checkpoint lands
+    # while they run (the tiny model's own rollouts end in about 30 tokens).
     uniform = -math.log(base["lm_head.weight"].shape[0])
+    zero = [("lm_head.weight", torch.zeros_like(base["lm_head.weight"]))]
+    engine.update_weights(zero, v0 + 1)
+    after = engine.generate(sample, n=1, budget=budget, temperature=0.0, seed=0, score=False)[0]
+    assert set(after.versions) == {v0 + 1}
+    assert after.logprobs[0] == pytest.approx(uniform, abs=2e-6)
+    assert after.logprobs != before.logprobs
+
     results = []
 
     def consume():
@@ -142,26 +150,23 @@ def test_update_weights_in_flight_changes_logprobs_and_versions(engine, tiny_mod
     deadline = time.monotonic() + 120
     while not any(c >= 4 for c in engine.in_flight().values()) and time.monotonic() < deadline:
         time.sleep(0.005)
-    zero = [("lm_head.weight", torch.zeros_like(base["lm_head.weight"]))]
-    timings = engine.update_weights(zero, v0 + 1, timeout_s=60)
+    timings = engine.update_weights(base.items(), v0 + 2, timeout_s=60)
     worker.join(timeout=300)
     print(f"\nin-flight update timings: {timings}")
-    assert engine.version == v0 + 1
+    assert engine.version == v0 + 2
     assert len(results) == 32
-    mixed = [r for r in results if r.min_version == v0 and r.max_version == v0 + 1]
+    mixed = [r for r in results if r.min_version == v0 + 1 and r.max_version == v0 + 2]
     assert mixed, "no rollout straddled the update"
     for r in results:
         assert list(r.versions) == sorted(r.versions)
         for lp, ver in zip(r.logprobs, r.versions, strict=True):
             if lp is not None and ver == v0 + 1:
-                assert lp == pytest.approx(uniform, abs=1e-5)
+                assert lp == pytest.approx(uniform, abs=2e-6)
+    for r in mixed:  # the boundary is exact: its first token labelled new is the checkpoint's
+        first_new = next(lp for lp, ver in zip(r.logprobs, r.versions, strict=True)
+                         if lp is not None and ver == v0 + 2)
+        assert abs(first_new - uniform) > 1e-5, list(r.versions)
 
-    after = engine.generate(sample, n=1, budget=budget, temperature=0.0, seed=0, score=False)[0]
-    assert set(after.versions) == {v0 + 1}
-    assert after.logprobs[0] == pytest.approx(uniform, abs=1e-5)
-    assert after.logprobs != before.logprobs
-
-    engine.update_weights(base.items(), v0 + 2)
     restored = engine.generate(sample, n=1, budget=budget, temperature=0.0, seed=0,
                                score=False)[0]
     assert restored.token_ids == before.token_ids
