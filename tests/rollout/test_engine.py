@@ -10,30 +10,16 @@ import math
 import os
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import torch
+from tiny_rollouts import arith, checkpoint, straddlers, uniform_logprob, zero_head
 
 from scalerl.envs.base import Sample
-from scalerl.envs.catalog import get_task
 from scalerl.rollout.types import INTERRUPTION_PHRASE, Budget
 from scalerl.rollout.weights import WeightUpdateError
 
 pytestmark = pytest.mark.slow
-
-
-def arith(limit: int) -> list[Sample]:
-    return list(get_task("arith").samples("test"))[:limit]
-
-
-def checkpoint(path: str) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    weights = {}
-    for f in sorted(Path(path).glob("*.safetensors")):
-        weights.update(load_file(str(f)))
-    return weights
 
 
 def test_small_thinking_budget_interrupts_and_large_budget_stops(engine):
@@ -127,12 +113,10 @@ def test_update_weights_in_flight_changes_logprobs_and_versions(engine, tiny_mod
     before = engine.generate(sample, n=1, budget=budget, temperature=0.0, seed=0, score=False)[0]
     assert set(before.versions) == {v0}
 
-    # A zero LM head: uniform logits, so every token's logprob is exactly -log(V) and EOS comes 1
-    # in V. Rollouts under it run on to their budgets, so the update back to the checkpoint lands
-    # while they run (the tiny model's own rollouts end in about 30 tokens).
-    uniform = -math.log(base["lm_head.weight"].shape[0])
-    zero = [("lm_head.weight", torch.zeros_like(base["lm_head.weight"]))]
-    engine.update_weights(zero, v0 + 1)
+    # Under a zero LM head rollouts run on to their budgets (see tiny_rollouts), so the update
+    # back to the checkpoint lands while they run (the tiny model's own end in about 30 tokens).
+    uniform = uniform_logprob(base)
+    engine.update_weights(zero_head(base), v0 + 1)
     after = engine.generate(sample, n=1, budget=budget, temperature=0.0, seed=0, score=False)[0]
     assert set(after.versions) == {v0 + 1}
     assert after.logprobs[0] == pytest.approx(uniform, abs=2e-6)
@@ -155,17 +139,7 @@ def test_update_weights_in_flight_changes_logprobs_and_versions(engine, tiny_mod
     print(f"\nin-flight update timings: {timings}")
     assert engine.version == v0 + 2
     assert len(results) == 32
-    mixed = [r for r in results if r.min_version == v0 + 1 and r.max_version == v0 + 2]
-    assert mixed, "no rollout straddled the update"
-    for r in results:
-        assert list(r.versions) == sorted(r.versions)
-        for lp, ver in zip(r.logprobs, r.versions, strict=True):
-            if lp is not None and ver == v0 + 1:
-                assert lp == pytest.approx(uniform, abs=2e-6)
-    for r in mixed:  # the boundary is exact: its first token labelled new is the checkpoint's
-        first_new = next(lp for lp, ver in zip(r.logprobs, r.versions, strict=True)
-                         if lp is not None and ver == v0 + 2)
-        assert abs(first_new - uniform) > 1e-5, list(r.versions)
+    assert straddlers(results, v0 + 1, v0 + 2, uniform), "no rollout straddled the update"
 
     restored = engine.generate(sample, n=1, budget=budget, temperature=0.0, seed=0,
                                score=False)[0]

@@ -6,25 +6,15 @@ between (PipelineRL's in-flight updates)."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
-import torch
+from tiny_rollouts import checkpoint
 
 from scalerl.envs.base import Sample
 from scalerl.rollout.base_generator import phase_priority
 from scalerl.rollout.types import Budget
 
 pytestmark = pytest.mark.slow
-
-
-def checkpoint(path: str) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    weights = {}
-    for f in sorted(Path(path).glob("*.safetensors")):
-        weights.update(load_file(str(f)))
-    return weights
 
 
 def test_an_older_prompts_continuation_is_scheduled_before_queued_newer_prompts(engine):

@@ -17,6 +17,7 @@ import time
 
 import pytest
 import torch
+from tiny_rollouts import checkpoint
 
 from scalerl.envs.base import Sample
 from scalerl.envs.catalog import get_task
@@ -322,13 +323,7 @@ def test_a_cancelled_stream_closes_every_environment(engine, play):
 
 
 def test_turns_straddle_an_in_flight_update(engine, play, tiny_model_path):
-    from pathlib import Path
-
-    from safetensors.torch import load_file
-
-    base = {}
-    for f in sorted(Path(tiny_model_path).glob("*.safetensors")):
-        base.update(load_file(str(f)))
+    base = checkpoint(tiny_model_path)
     v0 = engine.version
 
     def update(n: int) -> None:

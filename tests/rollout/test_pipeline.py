@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import pytest
+from tiny_rollouts import checkpoint
 
 from scalerl.envs.base import Sample, Score
 from scalerl.rollout import pipeline
@@ -380,16 +381,10 @@ def test_a_continuation_goes_before_first_phases_of_its_own_and_newer_prompts():
 def test_real_engine_keeps_the_lag_bound_through_in_flight_publishes(engine, tiny_model_path):
     """The vLLM engine and the files publisher: each step's weights land while the next
     prompts are generating; every batch keeps lag <= max_lag and tokens carry real versions."""
-    from pathlib import Path
-
-    from safetensors.torch import load_file
-
     from scalerl.envs.catalog import get_task
     from scalerl.trainer.publish import FilesPublisher
 
-    base: dict = {}
-    for f in sorted(Path(tiny_model_path).glob("*.safetensors")):
-        base.update(load_file(str(f)))
+    base = checkpoint(tiny_model_path)
     samples = iter(get_task("arith").samples("train"))
     v0 = engine.version
     pub = FilesPublisher(engine, timeout_s=120.0)

@@ -13,18 +13,16 @@ change the weights put the checkpoint's back.
 from __future__ import annotations
 
 import json
-import math
 import signal
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import requests
-import torch
 from session_tasks import session_scorer
+from tiny_rollouts import arith, checkpoint, straddlers, uniform_logprob, zero_head
 
 from scalerl.envs.base import Sample
 from scalerl.envs.catalog import get_task
@@ -35,16 +33,6 @@ from scalerl.rollout.weight_files import write_weights
 from scalerl.rollout.weights import WeightUpdateError
 
 pytestmark = pytest.mark.slow
-
-
-def arith(limit: int) -> list[Sample]:
-    return list(get_task("arith").samples("test"))[:limit]
-
-
-def checkpoint(path: str) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(str(Path(path) / "model.safetensors"))
 
 
 @pytest.fixture(scope="module")
@@ -123,14 +111,11 @@ def test_an_update_in_flight_changes_every_token_after_it_and_versions_say_where
     budget = Budget(thinking=160, answer=256)
     (before,) = gen.generate(arith(1), n=1, budget=budget, temperature=0.0, seed=0,
                              score=False)
-    # The rollouts run under a zero LM head: uniform logits (each token's logprob exactly -log V,
-    # EOS 1 in V), so they run on to their budgets, seconds long, and the update to the
-    # checkpoint lands while they run. The tiny model's own rollouts end in about 30 tokens:
+    # The rollouts run under a zero LM head (see tiny_rollouts): seconds long, so the update to
+    # the checkpoint lands while they run. The tiny model's own rollouts end in about 30 tokens:
     # one server could answer all of its share before the pause reached it, the other not start
     # before it, and no rollout straddled the update (CI, once).
-    uniform = -math.log(base["lm_head.weight"].shape[0])
-    zero = [("lm_head.weight", torch.zeros_like(base["lm_head.weight"]))]
-    gen.update_weights(zero, v0 + 1)
+    gen.update_weights(zero_head(base), v0 + 1)
     thread, out = in_background(lambda: gen.generate(arith(64), n=2, budget=budget,
                                                      temperature=1.0, seed=5, score=False))
     sampled = sum(s.sampled for s in gen.pool.servers)
@@ -141,18 +126,9 @@ def test_an_update_in_flight_changes_every_token_after_it_and_versions_say_where
     print(f"\nupdate timings across two servers: {timings}")
     (results,) = out
     assert len(results) == 128 and gen.version == v0 + 2
-    straddled = [r for r in results if r.min_version == v0 + 1 and r.max_version == v0 + 2]
+    straddled = straddlers(results, v0 + 1, v0 + 2, uniform_logprob(base))
     print(f"{len(straddled)} of 128 rollouts straddled the update")
     assert straddled, "no rollout straddled the update"
-    for r in results:
-        assert list(r.versions) == sorted(r.versions), list(r.versions)
-        for lp, version in zip(r.logprobs, r.versions, strict=True):
-            if lp is not None and version == v0 + 1:
-                assert lp == pytest.approx(uniform, abs=2e-6)
-    for r in straddled:  # the boundary is exact: its first token labelled new is the checkpoint's
-        first_new = next(lp for lp, version in zip(r.logprobs, r.versions, strict=True)
-                         if lp is not None and version == v0 + 2)
-        assert abs(first_new - uniform) > 1e-5, r.versions
 
     (restored,) = gen.generate(arith(1), n=1, budget=budget, temperature=0.0, seed=0,
                                score=False)
@@ -193,7 +169,7 @@ def test_a_failed_reload_puts_the_previous_weights_back_on_every_server(gen, tin
     before = gen.generate(arith(4), n=2, budget=budget, seed=4, score=False)
     v = gen.version
     broken = tmp_path / "broken"
-    write_weights([("lm_head.weight", torch.zeros_like(base["lm_head.weight"]))], broken)
+    write_weights(zero_head(base), broken)
     shard = next(broken.glob("*.safetensors"))
     shard.write_bytes(shard.read_bytes()[:200])  # a torn file: every server's reload fails
     with pytest.raises(WeightUpdateError, match="no server took it; version"):

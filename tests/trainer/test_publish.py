@@ -15,6 +15,7 @@ import time
 
 import pytest
 import torch
+from tiny_rollouts import checkpoint
 
 from scalerl.rollout.weights import WeightsUnknownError, WeightUpdateError
 from scalerl.trainer.publish import (
@@ -149,14 +150,10 @@ def test_a_failed_reload_leaves_the_real_engine_on_its_previous_weights(engine, 
     """The real engine: the new files are written, their reload fails inside vLLM's loader (a
     failure injected into the reload of the new directory only), the previous version's files
     are reloaded, and greedy outputs are exactly those from before."""
-    from safetensors.torch import load_file
-
     from scalerl.envs.base import Sample
     from scalerl.rollout.types import Budget
 
-    base = {}
-    for f in sorted(__import__("pathlib").Path(tiny_model_path).glob("*.safetensors")):
-        base.update(load_file(str(f)))
+    base = checkpoint(tiny_model_path)
     sample = Sample(id="p", task="arith", prompt="Q:12+34=")
 
     def greedy():
