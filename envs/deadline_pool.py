@@ -387,6 +387,7 @@ _POOLS: weakref.WeakSet[Pool] = weakref.WeakSet()
 
 
 @atexit.register
-def _shutdown_all() -> None:
+def shutdown_all() -> None:
+    """Shut down every pool of this process (at exit, or before a command's last line)."""
     for pool in list(_POOLS):
         pool.shutdown()

@@ -53,6 +53,13 @@ RESUME_TIMEOUT_S = 30.0
 DEATH_POLL_S = 0.25
 """How often a call waiting on the engine checks that its core process is still alive."""
 
+SHUTDOWN_GRACE_S = 60.0
+"""How long the engine's processes get to exit on their own at `close` before vLLM kills them.
+vLLM's default, 5 s, was passed on every close on 2 cores (the worker alone took 4-5 s, most of
+it its interpreter's final garbage collection; the core another ~4 s after it): the core was
+SIGKILLed before it unlinked its shared memory and semaphore, and multiprocessing's resource
+tracker reported them after the run's last line. A close takes 7-9 s here."""
+
 _ROLLOUT_SALT: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
     "rollout_salt", default=None)
 """The cache salt of the running rollout's first phase (each rollout is an asyncio task of its
@@ -364,8 +371,10 @@ class EngineGenerator(BaseGenerator):
         self._call(go(), 2 * timeout_s, "resuming generation")
 
     def close(self) -> None:
+        """Stop the engine (its processes exit on their own, `SHUTDOWN_GRACE_S`), then the
+        shared parts (tool sessions, scorer, loop)."""
         if getattr(self, "_llm", None) is not None:
-            self._llm.shutdown()
+            self._llm.shutdown(timeout=SHUTDOWN_GRACE_S)
             self._llm = None
         shutil.rmtree(self._weights_root, ignore_errors=True)
         super().close()

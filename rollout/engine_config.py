@@ -19,6 +19,11 @@ from scalerl.rollout.vllm_worker import WORKER_EXTENSION
 TOOL_FORMATS: tuple[str, ...] = ("auto", "chat", "plain")
 """`EngineConfig.tool_format`'s values (envs/tool_format.py's formats, and `auto`)."""
 
+WORKER_SHUTDOWN_GRACE_S = 30
+"""VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS for the engine's workers (vLLM's default 5 s): how long a
+worker may take to exit at shutdown before it is sent SIGTERM. Idle workers took 4-5 s here on
+2 cores (rollout/engine.py's SHUTDOWN_GRACE_S says why that matters)."""
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -160,9 +165,12 @@ class EngineConfig:
 
     def process_env(self) -> dict[str, str]:
         """Environment variables the engine's processes need, set before it starts (on CPU the
-        KV cache is VLLM_CPU_KVCACHE_SPACE, whole GiB)."""
+        KV cache is VLLM_CPU_KVCACHE_SPACE, whole GiB). The workers get WORKER_SHUTDOWN_GRACE_S
+        to exit at shutdown unless the environment says otherwise."""
         return {"VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_space_cpu),
-                "VLLM_LOGGING_STREAM": os.environ.get("VLLM_LOGGING_STREAM", "ext://sys.stderr")}
+                "VLLM_LOGGING_STREAM": os.environ.get("VLLM_LOGGING_STREAM", "ext://sys.stderr"),
+                "VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS": os.environ.get(
+                    "VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", str(WORKER_SHUTDOWN_GRACE_S))}
 
     @property
     def requests_per_server(self) -> int:

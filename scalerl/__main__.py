@@ -1,6 +1,6 @@
 """`python -m scalerl` is the `scalerl` command."""
 
-from scalerl.cli import main
+from scalerl.cli import entry
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()

@@ -61,9 +61,37 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
+        _close_pools()
         print(f"scalerl {args.command}: interrupted", file=sys.stderr)
         return 130
 
 
+def _close_pools() -> None:
+    from scalerl.ending import close_pools
+
+    close_pools()
+
+
+def entry() -> None:
+    """The `scalerl` console script and `python -m scalerl`: `main`, then the process ends
+    without third-party teardown output after the command's last line (scalerl/ending.py). A
+    crash's traceback is that last line, printed once the pools are closed (exit 1)."""
+    import traceback
+
+    from scalerl.ending import exit_process
+
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse's errors, --help
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    except BaseException:  # noqa: BLE001 - reported as the interpreter would, after the pools
+        _close_pools()
+        traceback.print_exc()
+        code = 1
+    exit_process(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()

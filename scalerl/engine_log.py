@@ -1,12 +1,13 @@
 """Where the vLLM engine's own output goes: a log file in the run directory, not the terminal.
 
-vLLM logs INFO lines from every process it starts, its workers print native warnings, and at exit
-the interpreter prints triton's nanobind leak report. `route_vllm_logging` sends vLLM's loggers
-(this process and its children) to the log; `output_to` points file descriptors 1 and 2 at the
-log while the engine starts, so the processes started then write there for their whole life;
-`last_words_to` does the same for this process's fd 2 at the very end; `hide_progress_bars` turns
-off transformers' bars (loading and writing weights at every checkpoint). `scalerl train
---verbose` uses none of them. Nothing here starts or stops an engine.
+vLLM logs INFO lines from every process it starts and its workers print native warnings.
+`route_vllm_logging` sends vLLM's loggers (this process and its children) to the log; `output_to`
+points file descriptors 1 and 2 at the log while the engine starts, so the processes started then
+write there for their whole life (multiprocessing's resource tracker is started before, so a leak
+it reports reaches the terminal, never the log by chance); `hide_progress_bars` turns off
+transformers' bars (loading and writing weights at every checkpoint). `scalerl train --verbose`
+uses none of them. Nothing here starts or stops an engine; what is printed at the process's end
+is scalerl/ending.py's.
 """
 
 from __future__ import annotations
@@ -51,7 +52,12 @@ def route_vllm_logging(log_path: Path) -> None:
 @contextlib.contextmanager
 def output_to(log_path: Path) -> Iterator[None]:
     """Inside the block, fds 1 and 2 write to `log_path` (appended); processes started inside
-    keep writing there after it. Python's own streams are flushed at both ends."""
+    keep writing there after it. Python's own streams are flushed at both ends. Multiprocessing's
+    resource tracker, which every process started from here shares, is started first, on the
+    terminal's stderr."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
@@ -67,15 +73,6 @@ def output_to(log_path: Path) -> Iterator[None]:
         os.dup2(saved[1], 2)
         for f in (fd, *saved):
             os.close(f)
-
-
-def last_words_to(log_path: Path) -> None:
-    """From now on this process's fd 2 writes to `log_path`: for what native libraries print
-    while the interpreter shuts down (call it once everything meant for the user is printed)."""
-    sys.stderr.flush()
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 2)
-    os.close(fd)
 
 
 def hide_progress_bars() -> None:

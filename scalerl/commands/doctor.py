@@ -31,14 +31,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from scalerl.doctor import run_checks
-    from scalerl.engine_log import last_words_to
+    from scalerl.ending import close_pools
 
     log = args.log or Path(tempfile.mkstemp(prefix="scalerl-doctor-", suffix=".log")[1])
     checks = run_checks(quick=args.quick, log_path=log)
     ok = all(c.status != "fail" for c in checks)
+    close_pools()
     print_report(checks, ok, as_json=args.json)
-    if not args.quick:
-        last_words_to(log)  # the engine's libraries print a leak report at interpreter exit
     return 0 if ok else 1
 
 

@@ -49,6 +49,10 @@ def add_engine_args(parser: argparse.ArgumentParser, *, servers: bool = True) ->
                    help="longest prompt + completion in tokens; default the model's context "
                    f"length (at most {MAX_DEFAULT_LEN})")
     g.add_argument("--max-num-seqs", type=int, help="most sequences scheduled at once (256)")
+    if servers:
+        g.add_argument("--verbose", action="store_true",
+                       help="show the vLLM engine's own output here (default: in a log file, "
+                       "named at the end)")
     g.add_argument("--log-stats", action=argparse.BooleanOptionalAction, default=None,
                    help="vLLM's own statistics: throughput log lines and, on a server, the "
                    "Prometheus gauges at /metrics (default off)")
@@ -197,13 +201,21 @@ def model_of(args: argparse.Namespace) -> str:
     raise ValueError("--model is required (or --server URL: the server says what it serves)")
 
 
-def start_generator(model: str, config: EngineConfig, *, fp32_head: bool, **kwargs):
+def start_generator(model: str, config: EngineConfig, *, fp32_head: bool,
+                    log: Path | None = None, **kwargs):
     """A started generator (on `config.servers` when set, else in this process); EngineStartError
-    (one line) when vLLM refuses or fails to start, or no server answers."""
+    (one line) when vLLM refuses or fails to start, or no server answers. With `log`, what an
+    engine in this process says (its loggers, its processes' output) goes there."""
     from scalerl.rollout.factory import make_generator
 
     try:
-        return make_generator(model, config, fp32_head=fp32_head, **kwargs)
+        if log is None or config.servers:
+            return make_generator(model, config, fp32_head=fp32_head, **kwargs)
+        from scalerl.engine_log import output_to, route_vllm_logging
+
+        route_vllm_logging(log)
+        with output_to(log):
+            return make_generator(model, config, fp32_head=fp32_head, **kwargs)
     except Exception as exc:  # vLLM raises many types; the user needs the model and the reason
         reason = " ".join(str(exc).split())[:600] or type(exc).__name__
         where = f"the vLLM servers {', '.join(config.servers)}" if config.servers else (

@@ -304,12 +304,17 @@ def print_contamination(found: dict | None) -> None:
 
 
 def run_models(args, plan: Plan) -> int:
+    from scalerl.ending import close_pools
     from scalerl.evaluation.report import data_lines, run_eval, task_data
     from scalerl.rollout.scorer import Scorer
 
+    log = None if args.verbose else Path(args.out) / "engine.log"
+
     def make_generator(path: str):
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
         return start_generator(path, plan.engine, fp32_head=plan.fp32_head,
-                               scorer=Scorer(plan.tasks, plan.grading))
+                               scorer=Scorer(plan.tasks, plan.grading), log=log)
 
     try:
         found = contamination_of(plan)
@@ -317,8 +322,12 @@ def run_models(args, plan: Plan) -> int:
         results = run_eval(plan.models, plan.settings, args.out, make_generator, chunk=args.chunk,
                            tasks=plan.tasks, contamination=found, data=data)
     except EngineStartError as exc:
+        close_pools()
         print(f"scalerl eval: {exc}", file=sys.stderr)
         return 2
+    close_pools()
+    if log is not None and log.exists():
+        print(f"scalerl eval: the vLLM engine's own output is in {log}", file=sys.stderr)
     if args.log_with:
         track(results, args, plan)
     if args.json:

@@ -126,14 +126,16 @@ def prepare(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from scalerl.ending import close_pools
     from scalerl.envs.registry import UnknownTaskError
     from scalerl.preflight import PREFLIGHT_EXIT, PreflightError
     from scalerl.rollout.scorer import Scorer
 
+    log = engine_log_path(args)
     try:
         task, samples, budget, model, config = prepare(args)
         gen = start_generator(model, config, fp32_head=args.fp32_head is not False,
-                              scorer=Scorer([task], grading(args)))
+                              scorer=Scorer([task], grading(args)), log=log)
     except PreflightError as exc:
         print(exc.lines("generate"), file=sys.stderr)
         return PREFLIGHT_EXIT
@@ -144,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         summary = write_rollouts(gen, samples, out_path=args.out, n=args.n, budget=budget,
                                  temperature=args.temperature, seed=args.seed,
                                  desc=f"generate {args.task}")
+    close_pools()
     summary.update(model=model, task=args.task, split=args.split, out=args.out)
     if args.json:
         print(json.dumps(summary))
@@ -158,4 +161,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"  turns {summary['turns_mean']:.2f}  tool calls "
                   f"{summary['tool_calls_mean']:.2f}  failed calls {summary['tool_error_frac']}")
         print(f"  engine memory (MiB): {summary['engine_memory_mb']}")
+    sys.stdout.flush()
+    if log is not None and not config.servers:
+        print(f"scalerl generate: done; the vLLM engine's own output is in {log}",
+              file=sys.stderr)
     return 0
+
+
+def engine_log_path(args: argparse.Namespace):
+    """Where an engine started here writes (`<out>` with the suffix `.engine.log`); None with
+    `--verbose` (on the terminal)."""
+    from pathlib import Path
+
+    return None if args.verbose else Path(args.out).with_suffix(".engine.log")

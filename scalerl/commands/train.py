@@ -242,6 +242,7 @@ a checkpoint is written, `--resume` continues)."""
 
 def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict | None = None,
                   verbose: bool = False, recipe: str | None = None) -> int:
+    from scalerl.ending import close_pools
     from scalerl.engine_log import ENGINE_LOG, hide_progress_bars
     from scalerl.models import resolve_model
     from scalerl.rollout.base_generator import GeneratorUnavailable
@@ -277,36 +278,29 @@ def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict 
         result = run_training(cfg, run_dir, model_path, ckpt, engine_log=log, recipe=recipe,
                               stop=stop)
     except (ConfigError, ModelNotFoundError) as e:  # no such model; GPUs or launch do not fit
+        close_pools()
         print(f"scalerl train: {e}", file=sys.stderr)
         return 2
     except (RunStopped, GeneratorUnavailable) as exc:  # no generation for now: try again later
+        close_pools()
         print(f"scalerl train: {exc}", file=sys.stderr)
         if isinstance(exc, RunStopped) and _rank0():  # torchrun turns exit 75 into its own 1
             write_stop_record(run_dir, step=exc.step, reason=str(exc), exit_code=STOPPED)
-        return _last_words(log, STOPPED)
+        return STOPPED
     if result is None:
         return 0
+    close_pools()
     _report(result, run_dir, time.perf_counter() - start, peak.stop())
     if result.stopped:
         print(f"scalerl train: stopped at step {result.step}: {result.stopped}; checkpoint "
               f"written: fix the verifier, then `scalerl train --run-dir {run_dir} --resume`",
               file=sys.stderr)
-    return _last_words(log, 4 if result.stopped else 0)
+    return 4 if result.stopped else 0
 
 
 def _rank0() -> bool:
     """This process is rank 0 of a launch (torchrun / accelerate launch set RANK), or alone."""
     return int(os.environ.get("RANK", "0")) == 0
-
-
-def _last_words(log: Path | None, code: int) -> int:
-    """`code`, once what native libraries print at interpreter exit (the triton/nanobind leak
-    report) is sent to the engine log: the user's last line stays scalerl's."""
-    if log is not None:
-        from scalerl.engine_log import last_words_to
-
-        last_words_to(log)
-    return code
 
 
 def _write_config(cfg: RunConfig, run_dir: Path, ckpt: Path | None, changes: dict) -> None:
