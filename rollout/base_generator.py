@@ -59,6 +59,11 @@ class GeneratorUnavailable(RuntimeError):
     nothing it returned is lost, so a training run checkpoints and stops, and resumes later."""
 
 
+class EngineStartTimeout(GeneratorUnavailable):
+    """The in-process engine did not start within `engine.start_timeout_s`: its processes were
+    stopped, and a training run ends as its other stops do (one line, exit 75)."""
+
+
 class EngineDied(GeneratorUnavailable):
     """The in-process engine's own processes are gone (killed, out of memory, a crash in a
     kernel): nothing more can be generated in this process; a training run checkpoints and

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import gc
 import itertools
@@ -32,7 +33,12 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from scalerl.rollout.base_generator import BaseGenerator, EngineDied, Sampled
+from scalerl.rollout.base_generator import (
+    BaseGenerator,
+    EngineDied,
+    EngineStartTimeout,
+    Sampled,
+)
 from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.scorer import Scorer
@@ -84,11 +90,32 @@ class EngineGenerator(BaseGenerator):
                                           self.config.dtype, self)
         self._loaded_dir = model_dir(self.model_path)
         """The files of the weights now loaded (the model itself until the first update)."""
-        self._llm = self._call(self._start(), self.config.start_timeout_s,
-                               "starting the vLLM engine (engine.start_timeout_s)")
-        [self.engine_info, *_] = self._call(self._llm.collective_rpc(INFO_METHOD), 60.0,
-                                            "asking the engine what it runs")
+        self._llm = None
+        self._started()
         freeze_heap()
+
+    def _started(self) -> None:
+        """Start the engine; if it fails or passes `start_timeout_s` (EngineStartTimeout), the
+        processes it started are stopped and the generator's own parts closed first."""
+        before = child_pids()
+        try:
+            self._llm = self._call(self._start(), self.config.start_timeout_s,
+                                   "starting the vLLM engine (engine.start_timeout_s)")
+            [self.engine_info, *_] = self._call(self._llm.collective_rpc(INFO_METHOD), 60.0,
+                                                "asking the engine what it runs")
+        except BaseException as exc:
+            if self._llm is not None:
+                self._llm.shutdown(timeout=SHUTDOWN_GRACE_S)
+                self._llm = None
+            stop_processes(child_pids() - before, SHUTDOWN_GRACE_S)
+            BaseGenerator.close(self)
+            shutil.rmtree(self._weights_root, ignore_errors=True)
+            if isinstance(exc, TimeoutError):
+                raise EngineStartTimeout(
+                    f"the vLLM engine did not start within engine.start_timeout_s = "
+                    f"{self.config.start_timeout_s:g} s (raise it, or free the cores and "
+                    "memory the engine waits for); its processes were stopped") from None
+            raise
 
     async def _start(self):
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -405,6 +432,34 @@ class EngineSyncClient:
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
         self._run("finish_weight_update", weight_version)
+
+
+def child_pids() -> set[int]:
+    """Every live descendant of this process."""
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def stop_processes(pids: set[int], grace_s: float) -> None:
+    """SIGTERM `pids` (vLLM's processes clean up their shared memory on it), SIGKILL those still
+    alive after `grace_s`, and reap them."""
+    import psutil
+
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(alive, timeout=5)
 
 
 def freeze_heap() -> None:

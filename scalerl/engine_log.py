@@ -5,7 +5,8 @@ vLLM logs INFO lines from every process it starts and its workers print native w
 points file descriptors 1 and 2 at the log while the engine starts, so the processes started then
 write there for their whole life (multiprocessing's resource tracker is started before, so a leak
 it reports reaches the terminal, never the log by chance); `hide_progress_bars` turns off
-transformers' bars (loading and writing weights at every checkpoint). `scalerl train --verbose`
+transformers' bars (loading and writing weights at every checkpoint); `last_lines` reads what
+the engine said last, for a start that timed out. `scalerl train --verbose`
 uses none of them. Nothing here starts or stops an engine; what is printed at the process's end
 is scalerl/ending.py's.
 """
@@ -73,6 +74,17 @@ def output_to(log_path: Path) -> Iterator[None]:
         os.dup2(saved[1], 2)
         for f in (fd, *saved):
             os.close(f)
+
+
+def last_lines(log_path: Path, n: int = 3, width: int = 160) -> str:
+    """The last `n` non-blank lines of `log_path` on one line (`|` between them, each cut to
+    `width` characters): what an engine that did not start was doing."""
+    try:
+        lines = Path(log_path).read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return f"(unreadable: {exc})"
+    tail = [" ".join(line.split())[:width] for line in lines if line.strip()][-n:]
+    return " | ".join(tail) or "(empty)"
 
 
 def hide_progress_bars() -> None:

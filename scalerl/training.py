@@ -266,12 +266,17 @@ def start_generator(cfg: RunConfig, model_path: str, engine_log: Path | None, sc
     if engine_log is None or cfg.engine.servers:
         return make_generator(model_path, cfg.engine, scorer=scorer,
                               fp32_head=cfg.policy.fp32_head)
-    from scalerl.engine_log import output_to, route_vllm_logging
+    from scalerl.engine_log import last_lines, output_to, route_vllm_logging
+    from scalerl.rollout.base_generator import EngineStartTimeout
 
     route_vllm_logging(engine_log)
-    with output_to(engine_log):
-        return make_generator(model_path, cfg.engine, scorer=scorer,
-                              fp32_head=cfg.policy.fp32_head)
+    try:
+        with output_to(engine_log):
+            return make_generator(model_path, cfg.engine, scorer=scorer,
+                                  fp32_head=cfg.policy.fp32_head)
+    except EngineStartTimeout as exc:  # one line: the setting and what the engine was doing
+        raise EngineStartTimeout(f"{exc}; the last lines of {engine_log}: "
+                                 f"{last_lines(engine_log)}") from None
 
 
 def versions() -> dict[str, str]:

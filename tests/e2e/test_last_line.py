@@ -89,3 +89,33 @@ def test_a_stopped_train_and_a_generate_end_on_their_own_line_under_load(
                                     f"in {log}", log)
     assert "Initializing a V1 LLM engine" in log.read_text()  # the engine wrote there
     assert shm_names() <= before, f"left in /dev/shm: {sorted(shm_names() - before)}"
+
+
+def vllm_orphans() -> list[int]:
+    """vLLM processes (named VLLM::EngineCore / VLLM::Worker) that lost their parent."""
+    import psutil
+
+    return [p.pid for p in psutil.process_iter(["name", "ppid"])
+            if (p.info["name"] or "").startswith("VLLM::") and p.info["ppid"] == 1]
+
+
+def test_an_engine_start_past_its_timeout_is_a_stop_with_one_line(tmp_path, tiny_model_path):
+    """engine.start_timeout_s = 2 s (no engine starts that fast): exit 75, one last line naming
+    the setting, its value and what engine.log said last; no traceback, no leak report, no
+    vLLM process or shared memory left."""
+    before, orphans = shm_names(), set(vllm_orphans())
+    run_dir = tmp_path / "run"
+    settings = ["steps=2", "offpolicy.mode=ppo", "val.every=0", "log.progress=false",
+                "log.trackers=[]", "engine.start_timeout_s=2", f"policy.model={tiny_model_path}",
+                "tasks=[{name: arith, budget: {thinking: 48, answer: 16}}]"]
+    proc = scalerl(["train", "--run-dir", str(run_dir),
+                    *[a for s in settings for a in ("--set", s)]], dict(os.environ))
+    assert proc.returncode == 75, proc.stderr[-3000:]
+    assert_own_last_line(proc, "scalerl train: the vLLM engine did not start within "
+                               "engine.start_timeout_s = 2 s", run_dir / "engine.log")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert f"the last lines of {run_dir / 'engine.log'}: " in last and "(empty)" not in last
+    assert "Traceback" not in proc.stderr
+    assert not (run_dir / "checkpoints").exists()  # no step ran: nothing to checkpoint
+    assert set(vllm_orphans()) <= orphans
+    assert shm_names() <= before, f"left in /dev/shm: {sorted(shm_names() - before)}"
