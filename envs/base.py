@@ -1,8 +1,10 @@
 """The shapes every other part relies on: `Sample` and `Score`, the statuses and splits.
 
 A `Sample` is one prompt of one task plus the gold data its verifier needs. A `Score` is one
-verdict: a status that never hides a verifier's own failure, and why. A verdict carries no
-reward: the trainer maps statuses to rewards once, from the run's config (trainer/rewards.py).
+verdict: a status that never hides a verifier's own failure, why, and for a graded verdict the
+credit earned (the fraction of tests passed, an environment's own reward), in [0, 1]. A verdict
+carries no reward: the trainer maps status and credit to the reward once, from the run's config
+(trainer/rewards.py).
 This module defines shapes only: no I/O, no verifiers, no registry, and not the `Task` base class
 (envs/task.py).
 """
@@ -80,10 +82,17 @@ class Score:
     """Why: the extracted answer, the failing test, the exception (truncated)."""
     latency_s: float = 0.0
     """Wall-clock seconds the verification took."""
+    reward: float | None = None
+    """Graded credit in [0, 1] (partial credit: the fraction of tests passed; an environment's
+    own reward, mapped); None: all-or-nothing, the status alone decides."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"Score.status {self.status!r} is not one of {', '.join(STATUSES)}")
+        r = self.reward
+        if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float))
+                              or not 0.0 <= r <= 1.0):
+            raise ValueError(f"Score.reward must be a number in [0, 1] or None, got {r!r}")
 
     @property
     def correct(self) -> bool:

@@ -1,23 +1,28 @@
 """The multi-turn contract: what a task's environment answers after each assistant turn.
 
-A task with an environment is played in turns: the model writes an assistant turn, the
-environment answers with an observation (a tool's output, or test feedback) or says the episode
-is done, and the model goes on; the verdict still comes from the task's judge on the final
-transcript. An `Environment` is a pure function of the transcript so far and a per-rollout state
-(`start` makes the state, `close` releases what it holds, e.g. its interpreter session): it knows
-no engine, no tokenizer and no trainer. How tool calls are written and how observations are
-rendered is a `ToolFormat`'s business (envs/tool_format.py); turning observations into tokens is
-the generator's (rollout/). This module holds the shapes and the environment registry only.
+A task with an environment is played in turns: the environment may open the episode (messages
+that complete the prompt, `opening`), the model writes an assistant turn, the environment answers
+with an observation (a tool's output, test feedback, a game's next state) or says the episode is
+done, and the model goes on. The verdict is the environment's own when it gives one (`verdict`:
+a game won, the tests of the last submission, a server's reward), else the task's judge on the
+final transcript. An `Environment` keeps everything of one rollout in the state `start` makes
+(`close` releases it: an interpreter session, a server's episode): it knows no engine, no
+tokenizer and no trainer. How tool calls are written and observations rendered is a
+`ToolFormat`'s business (envs/tool_format.py); the turn rule every loop follows is envs/turns.py;
+turning observations into tokens is the generator's (rollout/). This module holds the shapes,
+the run's `EnvContext` and the environment registry only.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from scalerl.envs.base import Message, Sample
+from scalerl.envs.base import Message, Sample, Score
+from scalerl.envs.grading import DEFAULT_GRADING, Grading
+from scalerl.sandbox.registry import Registry
 
 # ToolStatus, TOOL_STATUSES, SessionFailed and ToolOutcome are defined in the sandbox layer (the
 # tool session returns them; sandbox < envs) and are part of this contract: import them from here.
@@ -26,15 +31,25 @@ from scalerl.sandbox.session_types import SessionFailed as SessionFailed
 from scalerl.sandbox.session_types import ToolOutcome as ToolOutcome
 from scalerl.sandbox.session_types import ToolStatus as ToolStatus
 
+if TYPE_CHECKING:
+    from scalerl.envs.tool_format import ToolFormat
+
 
 @dataclass(frozen=True)
 class ToolCall:
-    """One call the model wrote in an assistant turn."""
+    """One call the model wrote in an assistant turn: a tool's name and its JSON arguments."""
 
     name: str
-    """The tool's name (`python`)."""
-    code: str
-    """The program to run (the call's `code` argument)."""
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def code(self) -> str:
+        """The `python` tool's program (its `code` argument; "" for other tools)."""
+        code = self.arguments.get("code", "")
+        return code if isinstance(code, str) else ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "arguments": dict(self.arguments)}
 
 
 @dataclass(frozen=True)
@@ -42,13 +57,17 @@ class Reply:
     """The environment's answer to one assistant turn."""
 
     done: bool
-    """The episode is over (the model gave a final answer, the tests pass, no call was made)."""
+    """The episode is over (the model gave a final answer, the tests pass, no call was made,
+    the server said done)."""
     messages: tuple[Message, ...] = ()
     """The observation as chat messages (role `tool` for tool output, `user` for feedback);
     empty when done."""
     calls: tuple[ToolCall, ...] = ()
     outcomes: tuple[ToolOutcome, ...] = ()
     """One per call, in order."""
+    reward: float | None = None
+    """The environment's own reward for this step (an OpenEnv server's), recorded with the
+    turn; the verdict is still `Environment.verdict`'s or the judge's."""
 
 
 @dataclass(frozen=True)
@@ -69,24 +88,41 @@ class Turn:
                 "trained": self.trained}
 
 
-@dataclass
-class EnvContext:
-    """What an environment may use besides the transcript: the run's sandbox settings and a
-    source of interpreter sessions (filled by the glue; an environment never builds its own)."""
+class Session(Protocol):
+    """A persistent sandboxed interpreter (sandbox/session.py `PythonSession`)."""
 
-    sessions: Any = None
-    """A session pool (sandbox/session.py `SessionPool`): `acquire()` gives a fresh persistent
-    Python session; None when the run has no tools."""
-    tool_format: Any = None
-    """The run's tool-call convention (envs/tool_format.py `ToolFormat`): how calls are parsed
-    from an assistant turn and how observations are written."""
-    options: dict[str, Any] = field(default_factory=dict)
+    def run(self, code: str) -> ToolOutcome: ...
+
+    def close(self) -> None: ...
+
+
+class SessionSource(Protocol):
+    """Where a rollout gets a fresh session (sandbox/session.py `LazySessions`, `SessionPool`):
+    `acquire` raises SessionFailed when no sandbox can start."""
+
+    def acquire(self) -> Session: ...
+
+
+@dataclass(frozen=True)
+class EnvContext:
+    """What an environment may use besides the transcript, built once per run
+    (envs/context.py `run_context`): the tool-call convention, the grading settings, the
+    source of sandboxed interpreter sessions. An environment never builds its own."""
+
+    tool_format: ToolFormat | None = None
+    """How calls are parsed from an assistant turn and observations written (None: the run has
+    no tool format, e.g. an environment that needs none)."""
+    grading: Grading = DEFAULT_GRADING
+    """The run's sandbox and verifier settings (an environment that runs tests reads them)."""
+    sessions: SessionSource | None = None
+    """Sandboxed Python sessions for the `python` tool; None when the run has no sandbox."""
 
 
 class Environment(abc.ABC):
     """A task's multi-turn environment. Subclasses define `step`; `start`/`close` when they hold
-    something per rollout (an interpreter session). Instances are shared by every rollout of the
-    task and must keep per-rollout data in the state only (rollouts run concurrently)."""
+    something per rollout; `opening` when the episode's first messages are theirs; `verdict`
+    when they judge the episode themselves. Instances are shared by every rollout of the task
+    and keep per-rollout data in the state only (rollouts run concurrently)."""
 
     name: str = ""
     max_turns: int = 4
@@ -98,11 +134,27 @@ class Environment(abc.ABC):
         """The per-rollout state (default: a dict)."""
         return {}
 
+    def opening(self, state: Any) -> tuple[Message, ...]:
+        """Messages that complete the prompt before the first assistant turn (a `user` turn the
+        environment writes: OpenEnv's first observation, a TRL class's `reset` text); rendered
+        with the prompt by the chat template. Default: none."""
+        return ()
+
+    def tool_schemas(self, state: Any = None) -> list[dict[str, Any]]:
+        """JSON schemas of the tools the model may call (`apply_chat_template(tools=...)`);
+        default: none."""
+        return []
+
     @abc.abstractmethod
     def step(self, sample: Sample, transcript: Sequence[Message], state: Any) -> Reply:
         """The answer to the transcript's last message (an assistant turn). May block (a tool
         call runs in the sandbox); the generator calls it off its event loop. Raises
         `SessionFailed` only when the sandbox itself fails."""
+
+    def verdict(self, sample: Sample, state: Any, completion: str) -> Score | None:
+        """The environment's own verdict on the finished episode (before `close`), or None to
+        leave it to the task's judge (the default). A graded one carries `Score.reward`."""
+        return None
 
     def close(self, state: Any) -> None:  # noqa: B027 - optional hook
         """Release what the state holds (kill its session); called once the rollout ends, also
@@ -110,24 +162,15 @@ class Environment(abc.ABC):
 
 
 EnvironmentFactory = Callable[..., Environment]
-_ENVIRONMENTS: dict[str, EnvironmentFactory] = {}
+ENVIRONMENTS: Registry[EnvironmentFactory] = Registry("environment")
+"""Name -> Environment class (or factory taking a spec's keyword options)."""
 
 
 def register_environment(name: str) -> Callable[[EnvironmentFactory], EnvironmentFactory]:
     """Decorator: register an Environment class (or factory taking the spec's keyword options)."""
-
-    def deco(factory: EnvironmentFactory) -> EnvironmentFactory:
-        if name in _ENVIRONMENTS:
-            raise ValueError(f"environment {name!r} is already registered")
-        _ENVIRONMENTS[name] = factory
-        return factory
-
-    return deco
+    return ENVIRONMENTS.decorator(name)
 
 
 def environment_factory(name: str) -> EnvironmentFactory:
     """The registered environment `name`; KeyError naming the registered ones."""
-    if name not in _ENVIRONMENTS:
-        raise KeyError(f"unknown environment {name!r}; registered: "
-                       f"{', '.join(sorted(_ENVIRONMENTS)) or 'none'}")
-    return _ENVIRONMENTS[name]
+    return ENVIRONMENTS.get(name)

@@ -14,6 +14,7 @@ from typing import Any
 
 from scalerl.envs.base import Sample, Score
 from scalerl.envs.grading import Grading
+from scalerl.sandbox.registry import Registry
 
 GoldReader = Callable[[Any, str], Any]
 """reader(raw value, column name) -> gold value; raises ValueError saying what is wrong."""
@@ -84,21 +85,21 @@ def _refusing_unknown_options(kind: Kind, score: Callable[..., Score]) -> Callab
     return checked
 
 
-_KINDS: dict[str, Kind] = {}
+_KINDS: Registry[Kind] = Registry("task kind")
 
 
-def register_kind(kind: Kind) -> Kind:
-    _KINDS[kind.name] = kind
-    return kind
+def register_kind(kind: Kind, *, replace: bool = False) -> Kind:
+    """Register `kind` under its name; a taken name is refused (sandbox/registry.py's rule)."""
+    return _KINDS.add(kind.name, kind, replace=replace)
 
 
 def lookup_kind(name: str) -> Kind:
     """The kind registered as `name`; UnknownTaskError listing the known kinds otherwise."""
     if name not in _KINDS:
-        known = ", ".join(sorted(_KINDS))
+        known = ", ".join(_KINDS.names())
         raise UnknownTaskError(f"unknown task kind {name!r}; known kinds: {known}")
     return _KINDS[name]
 
 
 def kind_names() -> list[str]:
-    return sorted(_KINDS)
+    return _KINDS.names()

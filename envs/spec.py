@@ -3,8 +3,9 @@
 A spec holds one task, a list, or `{"tasks": [...]}`; each names a kind, a data file (relative to
 the spec), optional field names, held-out file, system prompt, scoring options, the share of
 unusable rows tolerated (`max_bad_fraction`) and, for a multi-turn task, its environment
-(`tools: [python]` or `feedback: tests`, with `max_turns` and `max_observation_chars`, looked up
-by name in the environment registry). Validation is
+(`tools: [python, mypkg.tools:lookup]`, `feedback: tests`, or `environment: {class: ...}` /
+`{openenv: URL}` for an environment written for another harness, envs/adapters/), with
+`max_turns` and `max_observation_chars`. Validation is
 eager and fails in one line naming the file and key; data is read when a task is first used.
 A `.py` task file is imported so its `@register_task` decorators run. A spec's kind must be
 registered already: the catalog (envs/catalog.py) loads plugins before `$SCALERL_TASKS` files.
@@ -34,7 +35,7 @@ REQUIRED_KEYS: tuple[str, ...] = ("name", "kind", "data")
 OPTIONAL_KEYS: tuple[str, ...] = (
     "test_data", "fields", "test_fraction", "val_fraction", "seed", "system_prompt",
     "requires_thinking", "options", "description", "max_bad_fraction",
-    "tools", "feedback", "max_turns", "max_observation_chars",
+    "tools", "feedback", "environment", "max_turns", "max_observation_chars",
 )
 KEY_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "test_data": (str, "a path or hub id"), "fields": (Mapping, "a mapping"),
@@ -43,15 +44,16 @@ KEY_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "requires_thinking": (bool, "true or false"), "options": (Mapping, "a mapping"),
     "description": (str, "a string"),
     "max_bad_fraction": ((int, float), "a number in [0, 1]"),
-    "tools": (list, "a list of tool names (python)"), "feedback": (str, "tests"),
+    "tools": (list, "a list of tools: built-in names (python) or package.module:function"),
+    "feedback": (str, "tests"),
+    "environment": (Mapping, "a mapping: {class: package.module:Class} or {openenv: URL}"),
     "max_turns": (int, "an integer >= 1"),
     "max_observation_chars": (int, "an integer (characters)"),
 }
-TOOL_ENVIRONMENTS: dict[str, str] = {"python": "python"}
-"""`tools:` value -> the registered environment (envs/environment.py) that gives the task it."""
 FEEDBACK_ENVIRONMENTS: dict[str, str] = {"tests": "tests_feedback"}
 """`feedback:` value -> the registered environment (envs/code/feedback.py for `tests`)."""
-ENVIRONMENT_KEYS: tuple[str, ...] = ("tools", "feedback", "max_turns", "max_observation_chars")
+ENVIRONMENT_KEYS: tuple[str, ...] = ("tools", "feedback", "environment", "max_turns",
+                                     "max_observation_chars")
 """The keys that make a spec's task multi-turn; the last two are the environment's limits."""
 _FROM_SPEC: dict[str, Path] = {}  # task name -> spec file that registered it
 _IMPORTED: dict[Path, list[str]] = {}  # python task file -> the task names it registered
@@ -118,36 +120,60 @@ def _resolve(spec_path: Path, data: str) -> str:
 
 def environment_from_spec(entry: Mapping[str, Any],
                           verifier_options: Mapping[str, Any] | None = None) -> Environment | None:
-    """The environment a spec entry's `tools` / `feedback` keys ask for, with its `max_turns` and
-    `max_observation_chars` (and, for feedback, the task's `verifier_options`: its public tests
-    run as its judge runs tests); None for a single-turn task. ValueError naming the key and
-    what is valid (KeyError for an environment not registered)."""
-    tools, feedback = entry.get("tools"), entry.get("feedback")
+    """The environment a spec entry's `tools` / `feedback` / `environment` key asks for, with
+    its `max_turns` and `max_observation_chars` (for feedback, also the task's
+    `verifier_options`: its public tests run as its judge runs tests); None for a single-turn
+    task. ValueError naming the key and what is valid."""
+    given = [k for k in ("tools", "feedback", "environment") if entry.get(k) is not None]
     limits = {k: entry[k] for k in ("max_turns", "max_observation_chars") if k in entry}
-    if tools is None and feedback is None:
+    if not given:
         if limits:
             verb = "need" if len(limits) > 1 else "needs"
-            raise ValueError(f"{' and '.join(map(repr, limits))} {verb} tools: [python] or "
-                             f"feedback: tests (a multi-turn task)")
+            raise ValueError(f"{' and '.join(map(repr, limits))} {verb} tools:, feedback: or "
+                             "environment: (a multi-turn task)")
         return None
-    if tools is not None and feedback is not None:
-        raise ValueError("'tools' and 'feedback' cannot both be set: a task has one environment")
-    if tools is not None:
-        if len(tools) != 1 or tools[0] not in TOOL_ENVIRONMENTS:
-            raise ValueError(f"'tools' must be a list of one tool, one of "
-                             f"{', '.join(TOOL_ENVIRONMENTS)}; got {tools!r:.60}")
-        name = TOOL_ENVIRONMENTS[tools[0]]
-    else:
-        if feedback not in FEEDBACK_ENVIRONMENTS:
-            raise ValueError(f"'feedback' must be one of {', '.join(FEEDBACK_ENVIRONMENTS)}; "
-                             f"got {feedback!r:.60}")
-        if entry.get("kind") != "code":
-            raise ValueError(f"'feedback: {feedback}' needs kind 'code' (its public tests run "
-                             f"after each answer); kind is {entry.get('kind')!r}")
-        name = FEEDBACK_ENVIRONMENTS[feedback]
-        if verifier_options is not None:
-            limits["verifier_options"] = dict(verifier_options)
-    return environment_factory(name)(**limits)
+    if len(given) > 1:
+        raise ValueError(f"{' and '.join(map(repr, given))} cannot both be set: a task has one "
+                         "environment")
+    if given == ["tools"]:
+        return tools_environment(entry["tools"], limits)
+    if given == ["environment"]:
+        from scalerl.envs.adapters import from_spec
+
+        return from_spec(entry["environment"], limits)
+    return feedback_environment(entry, limits, verifier_options)
+
+
+def tools_environment(tools: list, limits: Mapping[str, Any]) -> Environment:
+    """`tools: [python, package.module:function, ...]`: the `python` environment for the
+    interpreter alone, else a ToolEnvironment of them all (envs/tool_env.py)."""
+    from scalerl.envs.tool_env import ToolEnvironment
+    from scalerl.envs.tools import ToolError
+
+    if not tools or not all(isinstance(t, str) and t for t in tools):
+        raise ValueError(f"'tools' must be a non-empty list of tool names (python) or "
+                         f"package.module:function; got {tools!r:.60}")
+    if tools == ["python"]:
+        return environment_factory("python")(**limits)
+    try:
+        return ToolEnvironment(tools, **limits)
+    except ToolError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def feedback_environment(entry: Mapping[str, Any], limits: Mapping[str, Any],
+                         verifier_options: Mapping[str, Any] | None) -> Environment:
+    feedback = entry["feedback"]
+    if feedback not in FEEDBACK_ENVIRONMENTS:
+        raise ValueError(f"'feedback' must be one of {', '.join(FEEDBACK_ENVIRONMENTS)}; "
+                         f"got {feedback!r:.60}")
+    if entry.get("kind") != "code":
+        raise ValueError(f"'feedback: {feedback}' needs kind 'code' (its public tests run "
+                         f"after each answer); kind is {entry.get('kind')!r}")
+    extra = dict(limits)
+    if verifier_options is not None:
+        extra["verifier_options"] = dict(verifier_options)
+    return environment_factory(FEEDBACK_ENVIRONMENTS[feedback])(**extra)
 
 
 def task_from_entry(entry: Mapping[str, Any]) -> FileTask:

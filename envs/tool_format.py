@@ -1,4 +1,4 @@
-"""Tool-call conventions: how a model writes a call to the `python` tool and how it is answered.
+"""Tool-call conventions: how a model writes a tool call and how it is answered.
 
 Two formats, in a registry (`tool_format(name)`; `choose_tool_format` picks one for a tokenizer):
 - `plain` (base models, as ToRA and Qwen2.5-Math's tool-integrated reasoning write it): the model
@@ -6,15 +6,16 @@ Two formats, in a registry (`tool_format(name)`; `choose_tool_format` picks one 
   text keeps); the output is appended as raw text closing that fenced block, and the model goes on
   in the same assistant message, with no chat template (a `user` message, test feedback, is a new
   turn rendered by the template).
-- `chat` (Qwen3 / Hermes): `<tool_call>\\n{"name": "python", "arguments": {"code": ...}}\\n
-  </tool_call>` in the assistant text; each answer is a role `tool` message rendered by the
-  tokenizer's chat template (`<tool_response>`), the tools' schemas passed as
-  `apply_chat_template(tools=...)`.
-A malformed call (bad JSON, an unknown tool, no code) is parsed into a `MalformedCall` whose
-`error` tells the model what is valid; the environment answers it as an error observation.
+- `chat` (Qwen3 / Hermes): `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>` in
+  the assistant text, any tool and any JSON arguments (as vLLM's Hermes parser reads them); each
+  answer is a role `tool` message rendered by the tokenizer's chat template (`<tool_response>`),
+  the environment's tool schemas passed as `apply_chat_template(tools=...)`.
+A call whose syntax is broken (bad JSON, no name, arguments that are not an object) is parsed into
+a `MalformedCall` whose `error` tells the model what is valid; whether the tool exists and its
+arguments fit its schema is the environment's check (envs/tools.py), answered the same way.
 `delta_text` gives the exact text to append after a turn's last sampled token, computed from the
 template as a suffix of a fixed dummy conversation (the real conversation is never re-rendered).
-This module runs no code and tokenizes nothing itself; it knows one tool, `python`.
+This module runs no code and tokenizes nothing itself; `plain` writes only the `python` tool.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 from scalerl.envs.base import Message
 from scalerl.envs.environment import ToolCall, ToolOutcome
+from scalerl.sandbox.registry import Registry
 
 PYTHON_TOOL = "python"
 PYTHON_SCHEMA: dict[str, Any] = {
@@ -44,6 +46,7 @@ PYTHON_SCHEMA: dict[str, Any] = {
     },
 }
 TOOL_FORMAT_SETTINGS: tuple[str, ...] = ("auto", "chat", "plain")
+"""The `tool_format` setting's values: `auto` chooses per tokenizer (`choose_tool_format`)."""
 _MARK = "SCALERLDELTAMARK"
 """The dummy assistant content whose end locates the delta in a rendered dummy conversation."""
 
@@ -54,6 +57,8 @@ class MalformedCall(ToolCall):
 
     error: str = ""
     """What was wrong and what is valid (the observation the model sees)."""
+    raw: str = ""
+    """The text the model wrote for the call."""
 
 
 class ToolFormat(abc.ABC):
@@ -62,9 +67,12 @@ class ToolFormat(abc.ABC):
     name: str = ""
     stop: tuple[str, ...] = ()
     """Stop strings that end an assistant turn besides EOS; the sampled text keeps them."""
+    tool_names: tuple[str, ...] | None = None
+    """The only tools this convention can write (None: any)."""
 
-    def tools(self) -> list[dict] | None:
-        """Tool schemas for `apply_chat_template(tools=...)`; None when the template is unused."""
+    def template_tools(self, schemas: Sequence[dict]) -> list[dict] | None:
+        """What the prompt passes as `apply_chat_template(tools=...)` for an environment with
+        these tool schemas (None: the convention does not show them through the template)."""
         return None
 
     @abc.abstractmethod
@@ -78,12 +86,14 @@ class ToolFormat(abc.ABC):
 
     @abc.abstractmethod
     def delta_text(self, tokenizer: Any, messages: Sequence[Message], last_turn_text: str,
-                   template_kwargs: Mapping[str, Any] | None = None) -> str:
+                   template_kwargs: Mapping[str, Any] | None = None,
+                   tools: Sequence[dict] = ()) -> str:
         """The exact text to append after an assistant turn's last sampled token so that the
         conversation shows `messages` and the next assistant turn is opened. `last_turn_text` is
         the turn's sampled text decoded with its special tokens (so it ends with the EOS text
         when the turn stopped at EOS, or with the stop string); `template_kwargs` are the extra
-        arguments the prompt was rendered with (e.g. `enable_thinking`)."""
+        arguments the prompt was rendered with (e.g. `enable_thinking`); `tools` the
+        environment's schemas the prompt was rendered with."""
 
 
 # --- plain: fenced python / output blocks --------------------------------------------------------
@@ -100,6 +110,7 @@ class PlainFormat(ToolFormat):
 
     name = "plain"
     stop = (_OUTPUT_OPEN,)
+    tool_names = (PYTHON_TOOL,)
 
     def parse(self, text: str) -> list[ToolCall]:
         body = text.rstrip()
@@ -111,9 +122,9 @@ class PlainFormat(ToolFormat):
             close = body.find("```", answered + len(_OUTPUT_OPEN))
             body = body[close + 3:] if close >= 0 else ""
         codes = _FENCED_PYTHON.findall(body + "```")  # ```output may close the last block itself
-        calls: list[ToolCall] = [ToolCall(PYTHON_TOOL, c) for c in codes if c.strip()]
+        calls: list[ToolCall] = [python_call(c) for c in codes if c.strip()]
         if not calls:
-            return [MalformedCall(PYTHON_TOOL, "", error=(
+            return [MalformedCall(PYTHON_TOOL, {}, raw=body, error=(
                 "no code to run: write the code in a ```python block, close it with ```, "
                 "then write ```output to see what it prints"))]
         return calls
@@ -125,7 +136,8 @@ class PlainFormat(ToolFormat):
         return ({"role": "tool", "content": text},)
 
     def delta_text(self, tokenizer: Any, messages: Sequence[Message], last_turn_text: str,
-                   template_kwargs: Mapping[str, Any] | None = None) -> str:
+                   template_kwargs: Mapping[str, Any] | None = None,
+                   tools: Sequence[dict] = ()) -> str:
         """Tool output: raw text closing the output block. Other messages (a `user` turn of test
         feedback) are a new turn, rendered by the chat template as `chat` does."""
         if messages and any(m.get("role") != "tool" for m in messages):
@@ -142,7 +154,7 @@ class PlainFormat(ToolFormat):
 
 # --- chat: Qwen3 / Hermes <tool_call> ------------------------------------------------------------
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
-_CALL_SHAPE = '<tool_call>\n{"name": "python", "arguments": {"code": "..."}}\n</tool_call>'
+_CALL_SHAPE = '<tool_call>\n{"name": "<tool>", "arguments": {...}}\n</tool_call>'
 
 
 class ChatFormat(ToolFormat):
@@ -152,8 +164,8 @@ class ChatFormat(ToolFormat):
     name = "chat"
     stop = ()
 
-    def tools(self) -> list[dict] | None:
-        return [PYTHON_SCHEMA]
+    def template_tools(self, schemas: Sequence[dict]) -> list[dict] | None:
+        return list(schemas)
 
     def parse(self, text: str) -> list[ToolCall]:
         return [_chat_call(m.group(1), closed=m.group(0).endswith("</tool_call>"))
@@ -165,8 +177,10 @@ class ChatFormat(ToolFormat):
         return tuple({"role": "tool", "content": o.output} for o in outcomes)
 
     def delta_text(self, tokenizer: Any, messages: Sequence[Message], last_turn_text: str,
-                   template_kwargs: Mapping[str, Any] | None = None) -> str:
-        return template_delta(tokenizer, messages, last_turn_text, self.tools(), template_kwargs)
+                   template_kwargs: Mapping[str, Any] | None = None,
+                   tools: Sequence[dict] = ()) -> str:
+        return template_delta(tokenizer, messages, last_turn_text, list(tools) or None,
+                              template_kwargs)
 
 
 def template_delta(tokenizer: Any, messages: Sequence[Message], last_turn_text: str,
@@ -214,27 +228,30 @@ def _chat_call(body: str, *, closed: bool) -> ToolCall:
     """One `<tool_call>` body as a ToolCall, or a MalformedCall saying what is valid."""
     valid = f"write {_CALL_SHAPE}"
     try:  # an unclosed last call whose JSON is whole is still a call, as vLLM's hermes parser
-        obj = json.loads(body, strict=False)  # a raw newline inside the code string is common
+        obj = json.loads(body, strict=False)  # a raw newline inside a string is common
     except json.JSONDecodeError as exc:
         what = "is not valid JSON" if closed else "is unfinished (no </tool_call>)"
-        return MalformedCall("", body, error=f"tool call {what} ({exc.msg} at char "
-                                             f"{exc.pos}): {valid}")
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        return MalformedCall("", body, error=f"tool call has no \"name\": {valid}")
+        return MalformedCall("", {}, raw=body, error=f"tool call {what} ({exc.msg} at char "
+                                                     f"{exc.pos}): {valid}")
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
+        return MalformedCall("", {}, raw=body, error=f"tool call has no \"name\": {valid}")
     name, args = obj["name"], obj.get("arguments", {})
-    if name != PYTHON_TOOL:
-        return MalformedCall(name, body, error=f"unknown tool {name!r}; the only tool is "
-                                               f"{PYTHON_TOOL!r}: {valid}")
     if isinstance(args, str):  # some models write the arguments as a JSON string
         try:
             args = json.loads(args, strict=False)
         except json.JSONDecodeError:
             args = None
-    code = args.get("code") if isinstance(args, dict) else None
-    if not isinstance(code, str) or not code.strip():
-        return MalformedCall(name, body, error=f"tool call has no \"code\" string argument: "
-                                               f"{valid}")
-    return ToolCall(name, code)
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        return MalformedCall(name, {}, raw=body, error=f"tool call {name!r}: \"arguments\" must "
+                                                       f"be a JSON object: {valid}")
+    return ToolCall(name, args)
+
+
+def python_call(code: str) -> ToolCall:
+    """A call of the `python` tool running `code`."""
+    return ToolCall(PYTHON_TOOL, {"code": code})
 
 
 def _check_pairs(calls: Sequence[ToolCall], outcomes: Sequence[ToolOutcome]) -> None:
@@ -244,14 +261,14 @@ def _check_pairs(calls: Sequence[ToolCall], outcomes: Sequence[ToolOutcome]) -> 
 
 
 # --- the registry and the choice -----------------------------------------------------------------
-_FORMATS: dict[str, ToolFormat] = {}
+_FORMATS: Registry[ToolFormat] = Registry("tool format")
 
 
 def register_tool_format(fmt: ToolFormat) -> ToolFormat:
-    if not fmt.name or fmt.name in _FORMATS or fmt.name == "auto":
-        raise ValueError(f"tool format name {fmt.name!r} is empty, reserved or already taken")
-    _FORMATS[fmt.name] = fmt
-    return fmt
+    """Register `fmt` under its name (`auto` is the setting's, not a format's name)."""
+    if fmt.name == "auto":
+        raise ValueError("tool format name 'auto' is reserved (the setting that chooses one)")
+    return _FORMATS.add(fmt.name, fmt)
 
 
 register_tool_format(PlainFormat())
@@ -261,7 +278,7 @@ register_tool_format(ChatFormat())
 def tool_format(name: str) -> ToolFormat:
     """The registered format `name`; KeyError naming the known ones."""
     if name not in _FORMATS:
-        raise KeyError(f"unknown tool format {name!r}; known: {', '.join(sorted(_FORMATS))}")
+        raise KeyError(f"unknown tool format {name!r}; known: {', '.join(_FORMATS.names())}")
     return _FORMATS[name]
 
 

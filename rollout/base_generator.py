@@ -11,12 +11,15 @@ one sampling request (`_sample`) and the weights/pause/close side: rollout/engin
 this process) and the HTTP servers' generator. Nothing here knows vLLM.
 
 A task with an environment (`Task.environment`, envs/environment.py) is played in turns by
-rollout/episode.py, on both backends alike; the run's `EnvContext` (its tool format, chosen by
-the `tool_format` setting, `auto` | `chat` | `plain`, envs/tool_format.py; a pool of sandboxed
-tool sessions made at the first tool call; the grading settings) is built at the first such
-rollout, and its prompts are rendered with the format's tool schemas. Such a prompt is refused
-unsent only when its first turn cannot fit `max_model_len` (later turns that would not fit end
-the episode, `truncated`).
+rollout/episode.py, on both backends alike, through the generator's public turn interface
+(`sample`, `phrase_ids`, `think_close`, `version`, `system_prompt`, `judge`, `render`:
+rollout/turn.py `Backend`). The run's `EnvContext` (its tool format, chosen by the `tool_format`
+setting, `auto` | `chat` | `plain`; a source of sandboxed tool sessions made at the first tool
+call; the grading settings) is handed in by the caller, built once per run (envs/context.py
+`run_context`), or built from the scorer's grading at the first such rollout; its prompts are
+rendered with the environment's tool schemas when the format shows them. Such a prompt is
+refused unsent only when its first turn cannot fit `max_model_len` (later turns that would not
+fit end the episode, `truncated`).
 
 Priorities: every sampling request carries a vLLM priority (lower = scheduled earlier; the engine
 runs vLLM's `priority` scheduling policy, ties go to the earlier arrival). A call's `priority`
@@ -88,7 +91,8 @@ class BaseGenerator:
     """Scored rollouts from some sampling backend, driven on a background event loop."""
 
     def __init__(self, model_path: str, *, max_model_len: int, fp32_head: bool = True,
-                 scorer: Scorer | None = None, tool_format: str = "auto") -> None:
+                 scorer: Scorer | None = None, tool_format: str = "auto",
+                 env_context: EnvContext | None = None) -> None:
         from transformers import AutoTokenizer
 
         self.model_path = str(model_path)
@@ -99,7 +103,8 @@ class BaseGenerator:
         """What the engine really computes with, read back from it (rollout/vllm_worker.py
         `engine_info`: head_dtype, dtype, max_model_len); set once it has started."""
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self._think_close = tuple(self.tokenizer.encode("</think>", add_special_tokens=False))
+        self.think_close = tuple(self.tokenizer.encode("</think>", add_special_tokens=False))
+        """The tokens of `</think>`: where a rollout's thinking ends."""
         self._phrases: dict[str, tuple[int, ...]] = {}
         self._version = 0
         self._sampled_total = 0
@@ -108,7 +113,9 @@ class BaseGenerator:
         generating then raises)."""
         self.tool_format = tool_format
         """The tool-call convention of tasks with an environment: auto | chat | plain."""
-        self._env_context: EnvContext | None = None
+        self._env_context: EnvContext | None = env_context
+        self._owns_context = env_context is None
+        """Its sessions are closed with the generator only when it built the context itself."""
         self._env_pool: ThreadPoolExecutor | None = None
         self._env_lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -155,6 +162,41 @@ class BaseGenerator:
         """The backend's own counters for the training metrics (servers: up, lost, reissued)."""
         return {}
 
+    # ---- the public turn interface (rollout/turn.py `Backend`) -----------------------------
+    async def sample(self, prompt: list[int], max_tokens: int, temperature: float,
+                     seed: int | None, top_p: float = 1.0, priority: int = 0,
+                     stop: tuple[str, ...] = ()) -> Sampled:
+        """One sampling request (`_sample`), its tokens counted in `progress`."""
+        kwargs = {"stop": stop} if stop else {}
+        out = await self._sample(prompt, max_tokens, temperature, seed, top_p, priority, **kwargs)
+        self._sampled_total += len(out.tokens)
+        return out
+
+    def phrase_ids(self, phrase: str) -> tuple[int, ...]:
+        """The tokens of a forced-interruption phrase (cached)."""
+        if phrase not in self._phrases:
+            self._phrases[phrase] = tuple(self.tokenizer.encode(phrase, add_special_tokens=False))
+        return self._phrases[phrase]
+
+    def system_prompt(self, task: str) -> str | None:
+        """Task `task`'s system prompt."""
+        return self._scorer().system_prompt(task)
+
+    async def judge(self, sample: Sample, completion: str) -> Score:
+        """The task's verdict on `completion`, from the scorer's pool."""
+        return await asyncio.wrap_future(self._scorer().submit(sample, completion))
+
+    def render(self, messages: Sequence[dict], tools: Sequence[dict] = ()) -> list[int]:
+        """Prompt tokens of `messages` rendered by the chat template (generation prompt added),
+        `tools` shown through it when the run's tool format shows them."""
+        extra = {}
+        if tools:
+            shown = self.env_context().tool_format.template_tools(tools)
+            extra = {"tools": shown} if shown else {}
+        text = self.tokenizer.apply_chat_template(list(messages), tokenize=False,
+                                                  add_generation_prompt=True, **extra)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
     # ---- plumbing -------------------------------------------------------------------------
     def _call(self, coro, timeout_s: float | None, what: str):
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -164,22 +206,12 @@ class BaseGenerator:
             fut.cancel()
             raise TimeoutError(f"{what} timed out after {timeout_s} s") from exc
 
-    def _phrase_ids(self, phrase: str) -> tuple[int, ...]:
-        if phrase not in self._phrases:
-            self._phrases[phrase] = tuple(self.tokenizer.encode(phrase, add_special_tokens=False))
-        return self._phrases[phrase]
-
     def prompt_ids(self, sample: Sample) -> list[int]:
         """The sample rendered with the tokenizer's chat template, its task's system prompt first
-        (generation prompt added; a task with an environment: the tool format's schemas too)."""
-        messages = sample.messages(self._scorer().system_prompt(sample.task))
-        extra = {}
-        if self._environment(sample) is not None:
-            tools = self.env_context().tool_format.tools()
-            extra = {"tools": tools} if tools else {}
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=True, **extra)
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        (generation prompt added; a task with an environment: its tool schemas too)."""
+        messages = sample.messages(self.system_prompt(sample.task))
+        env = self._environment(sample)
+        return self.render(messages, env.tool_schemas() if env is not None else ())
 
     def _environment(self, sample: Sample) -> Environment | None:
         """The sample's task's environment; None for a single-turn task (or none held)."""
@@ -187,18 +219,14 @@ class BaseGenerator:
         return getattr(task, "environment", None)
 
     def env_context(self) -> EnvContext:
-        """The run's environment context, built at first use: the tool format (`tool_format`
-        setting), tool sessions in the grading's sandbox (a pool made at the first call), and
-        `options["grading"]`."""
+        """The run's environment context: the one handed in, else built at first use from the
+        `tool_format` setting and the scorer's grading (envs/context.py `run_context`)."""
         with self._env_lock:
             if self._env_context is None:
-                from scalerl.envs.tool_format import choose_tool_format
-                from scalerl.sandbox.session import LazySessions
+                from scalerl.envs.context import run_context
 
-                grading = self._scorer().grading
-                fmt = choose_tool_format(self.tool_format, self.tokenizer)
-                self._env_context = EnvContext(sessions=LazySessions(grading.sandbox),
-                                               tool_format=fmt, options={"grading": grading})
+                self._env_context = run_context(self.tool_format, self.tokenizer,
+                                                self._scorer().grading)
             if self._env_pool is None:
                 self._env_pool = ThreadPoolExecutor(max(ENV_WORKERS, self.concurrency() or 0),
                                                     thread_name_prefix="environment")
@@ -293,7 +321,7 @@ class BaseGenerator:
                 exc = task.exception()
                 out.put(exc if exc is not None else task.result())
 
-        phrase_len = len(self._phrase_ids(budget.phrase))
+        phrase_len = len(self.phrase_ids(budget.phrase))
         single, first_turn = budget.hard_cap(phrase_len), E.first_turn_cap(budget, phrase_len)
         try:
             for index, sample in enumerate(samples):
@@ -348,8 +376,9 @@ class BaseGenerator:
     def close(self) -> None:
         """Stop the tool sessions, the environments' threads, the scorer and the event loop
         (subclasses stop their backend first)."""
-        if self._env_context is not None and self._env_context.sessions is not None:
-            self._env_context.sessions.close()
+        sessions = getattr(self._env_context, "sessions", None)
+        if self._owns_context and callable(getattr(sessions, "close", None)):
+            sessions.close()
         if self._env_pool is not None:
             self._env_pool.shutdown(wait=True)
         if self.scorer is not None:

@@ -33,6 +33,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from scalerl.envs.environment import EnvContext
 from scalerl.rollout.base_generator import (
     BaseGenerator,
     EngineDied,
@@ -77,11 +78,12 @@ class EngineGenerator(BaseGenerator):
 
     def __init__(self, model_path: str, *, config: EngineConfig | None = None,
                  fp32_head: bool = True, scorer: Scorer | None = None,
-                 tool_format: str = "auto") -> None:
+                 tool_format: str = "auto", env_context: EnvContext | None = None) -> None:
         self.config = config or EngineConfig()
         os.environ.update(self.config.process_env())
         super().__init__(model_path, max_model_len=self.config.max_model_len,
-                         fp32_head=fp32_head, scorer=scorer, tool_format=tool_format)
+                         fp32_head=fp32_head, scorer=scorer, tool_format=tool_format,
+                         env_context=env_context)
         self._checkpoint_shapes: dict[str, tuple[int, ...]] | None = None
         self._live: dict[str, list[tuple[int, int]]] = {}
         self._ids = itertools.count()

@@ -1,9 +1,11 @@
 """The multi-turn episode of a task with an environment: turns, observations as tokens, limits.
 
-`run_episode` plays a task's environment (envs/environment.py): an assistant turn, the
-environment's reply (`Environment.step`, run on a thread pool off the event loop, so a slow tool
-call delays only its own rollout), the observation appended as tokens, the next turn, until the
-environment says done or a limit ends it. Token-exact: the rollout's tokens are the engine's
+`run_episode` plays a task's environment (envs/environment.py) by the turn rule every loop shares
+(envs/turns.py `Play`): the environment's start (its opening messages, if any, complete the prompt,
+rendered with the chat template before any token is sampled), an assistant turn, the
+environment's reply (run on a thread pool off the event loop, so a slow tool call delays only its
+own rollout), the observation appended as tokens, the next turn, until the environment says done
+or a limit ends it. Token-exact: the rollout's tokens are the engine's
 sampled tokens (with their logprobs and per-token policy versions, so turns may straddle an
 in-flight update) and, after each turn the environment answers, the observation's tokens:
 `tool_format.delta_text` (the exact text that follows the turn's last sampled token, shows the
@@ -20,16 +22,21 @@ out of its own budget (`turn_budget`), when the total has no room for the next o
 turn (`budget`), or when the prompt and its turns would outgrow `max_model_len` (`max_model_len`:
 the engine is never asked); `done` otherwise. A `SessionFailed` from the environment (its sandbox
 could not start or died) makes the verdict `error` without scoring (`session_failed`), as does an
-environment or tool format that raises (`env_error`, naming it). `Environment.close` runs once
-the episode ends, whatever the end (errors and cancellation included).
+environment or tool format that raises (`env_error`, naming it). A prompt that the opening
+messages make too long for its first turn is reported unsent (`prompt_too_long`), as a single-turn
+one is. `Environment.close` runs once the episode ends and its verdict is in, whatever the end
+(errors and cancellation included).
 
-The judge sees the whole completion, `decode(token_ids, skip_special_tokens=True)`, observations
-included: the convention of tool-integrated reasoning evaluation (ToRA, Qwen2.5-Math's TIR: the
-answer is read from the whole output, the last boxed answer counts) and the single-turn rule
+The verdict is the environment's own when it gives one (`Environment.verdict`, e.g. a game won
+or a server's reward), else the task's judge on the whole completion, `decode(token_ids,
+skip_special_tokens=True)`, observations included: the convention of tool-integrated reasoning
+evaluation (ToRA, Qwen2.5-Math's TIR: the answer is read from the whole output, the last boxed
+answer counts) and the single-turn rule
 (a boxed answer in any turn counts as it would in one turn; the final turn, written after every
 observation, has the last word). `Rollout.turns` records each turn (its raw text, special tokens
 included, so the turns' texts joined are the completion's raw decoding) and `Rollout.tool_calls`
-each call with its outcome. Nothing here knows vLLM, the sandbox or a tool format's syntax.
+each call (name, arguments) with its outcome. Nothing here knows vLLM, the sandbox or a tool
+format's syntax.
 """
 
 from __future__ import annotations
@@ -42,18 +49,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from scalerl.envs.base import Message, Sample, Score, truncate
-from scalerl.envs.environment import EnvContext, Environment, Reply, SessionFailed, Turn
+from scalerl.envs.base import Message, Sample, Score
+from scalerl.envs.environment import EnvContext, Environment, Reply, Turn
+from scalerl.envs.turns import ENDINGS as ALL_ENDINGS
+from scalerl.envs.turns import (
+    TRUNCATING,
+    EnvFailed,
+    Play,
+    call_records,
+    env_failure,
+    prompt_with_opening,
+)
 from scalerl.rollout import budget as B
 from scalerl.rollout.turn import UNSCORED, Backend, Sampling, TurnResult, sample_turn
 from scalerl.rollout.types import Budget, FinishReason, Rollout
 
 log = logging.getLogger(__name__)
-ENDINGS: tuple[str, ...] = ("done", "max_turns", "turn_budget", "budget", "max_model_len",
-                            "session_failed", "env_error")
-"""`meta["ended"]` of a multi-turn rollout (module docstring); all but `done` and the two
-errors are `truncated`."""
-TRUNCATING = frozenset({"max_turns", "turn_budget", "budget", "max_model_len"})
+ENDINGS: tuple[str, ...] = tuple(e for e in ALL_ENDINGS if e != "open")
+"""How a generated episode ends (`meta["ended"]`; `open` is a replay's only)."""
+__all__ = ["ENDINGS", "TRUNCATING", "Episode", "run_episode"]
 
 
 def first_turn_cap(budget: Budget, phrase_len: int) -> int:
@@ -87,25 +101,6 @@ def finish_reason(ended: str, last: FinishReason | None) -> FinishReason:
     return last or "stop"
 
 
-class EnvFailed(Exception):
-    """The environment (or its tool format) failed: the rollout's verdict is `error`."""
-
-    def __init__(self, ended: str, score: Score) -> None:
-        super().__init__(score.detail)
-        self.ended, self.score = ended, score
-
-
-def env_failure(env: Environment, what: str, exc: Exception) -> EnvFailed:
-    """`SessionFailed` -> `session_failed`; anything else an environment raises -> `env_error`,
-    naming the environment, the call and the exception."""
-    if isinstance(exc, SessionFailed):
-        return EnvFailed("session_failed", Score("error", truncate(f"tool session failed: "
-                                                                   f"{exc}")))
-    name = env.name or type(env).__name__
-    return EnvFailed("env_error", Score("error", truncate(
-        f"environment {name!r}: {what} raised {type(exc).__name__}: {exc}")))
-
-
 @dataclass
 class Transcript:
     """What an episode has produced so far (mutable, one per rollout)."""
@@ -116,6 +111,7 @@ class Transcript:
     versions: list[int] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     calls: list[dict[str, Any]] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
     thinking: int = 0
     answer: int = 0
     interrupted: bool = False
@@ -135,11 +131,10 @@ class Transcript:
         self.interrupted |= turn.interrupted
         self.assistant_turns += 1
 
-    def add_calls(self, reply: Reply) -> None:
-        turn = len(self.turns) - 1
-        for call, outcome in zip(reply.calls, reply.outcomes, strict=True):
-            self.calls.append({"turn": turn, "name": call.name, "code": call.code,
-                               **outcome.to_dict()})
+    def add_reply(self, reply: Reply) -> None:
+        self.calls += call_records(reply, len(self.turns) - 1)
+        if reply.reward is not None:
+            self.rewards.append(float(reply.reward))
 
     def add_observation(self, reply: Reply, ids: list[int], delta: str, version: int) -> None:
         start = len(self.tokens)
@@ -161,6 +156,7 @@ class Episode:
     sample: Sample
     group: int
     prompt: list[int]
+    """The prompt's tokens (the environment's opening messages added at start, if any)."""
     budget: Budget
     sampling: Sampling
     seed: int | None
@@ -170,39 +166,40 @@ class Episode:
     """The thread pool environment calls run on (off the event loop)."""
     ended: str = "done"
     error: Score | None = None
+    too_long: bool = False
+    """The opening messages made the prompt too long for its first turn (nothing sampled)."""
     cached: list[int] = field(default_factory=list)
     thinking_budgets: list[int | None] = field(default_factory=list)
+    play: Play = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.play = Play(self.env, self.sample, self.context)
 
     def turn_seed(self, k: int) -> int | None:
         if self.seed is None:
             return None
         return B.rollout_seed(self.seed, self.sample.id, self.group, "" if k == 0 else f"turn{k}")
 
-    async def env_call(self, what: str, fn, *args):
-        """`fn(*args)` on the thread pool; what it raises as `EnvFailed`."""
-        try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self.executor, functools.partial(fn, *args))
-        except Exception as exc:
-            raise env_failure(self.env, what, exc) from exc
+    async def env_call(self, fn, *args):
+        """`fn(*args)` (a `Play` call: failures already `EnvFailed`) on the thread pool."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, functools.partial(fn, *args))
 
-    async def play(self, tr: Transcript) -> FinishReason | None:
-        """The turns, filling `tr`; returns the last turn's finish reason and sets `ended`
-        (and `error` when the environment failed). `Environment.close` runs however it ends."""
-        started, state, last = False, None, None
-        try:
-            state = await self.env_call("start", self.env.start, self.sample, self.context)
-            started = True
-            last = await self.turns(tr, state)
-        except EnvFailed as failed:
-            self.ended, self.error = failed.ended, failed.score
-        finally:
-            if started:
-                self.close(state)
-        return last
+    async def opened(self, tr: Transcript) -> bool:
+        """Start the environment; its opening messages complete the prompt (re-rendered). False
+        when the prompt no longer leaves room for a first turn."""
+        opening = await self.env_call(self.play.start)
+        if not opening:
+            return True
+        tr.messages[:] = prompt_with_opening(tr.messages, opening)
+        tools = await self.env_call(self.play.tool_schemas)
+        self.prompt = self.gen.render(tr.messages, tools)
+        longest = first_turn_cap(self.budget, len(self.gen.phrase_ids(self.budget.phrase)))
+        self.too_long = len(self.prompt) + longest > self.gen.max_model_len
+        return not self.too_long
 
-    async def turns(self, tr: Transcript, state: Any) -> FinishReason | None:
-        gen, phrase = self.gen, self.gen._phrase_ids(self.budget.phrase)
+    async def turns(self, tr: Transcript) -> FinishReason | None:
+        gen, phrase = self.gen, self.gen.phrase_ids(self.budget.phrase)
         total, limit = self.budget.hard_cap(len(phrase)), gen.max_model_len
         stop = tuple(getattr(self.context.tool_format, "stop", ()) or ())
         last: FinishReason | None = None
@@ -220,36 +217,29 @@ class Episode:
                                             if turn.continuation_cached is not None else [])
             raw = gen.tokenizer.decode(turn.tokens, skip_special_tokens=False)
             tr.add_turn(turn, raw, gen.tokenizer.decode(turn.tokens, skip_special_tokens=True),
-                        gen._think_close)
+                        gen.think_close)
             last = turn.reason
             if turn.reason == "truncated":
                 self.ended = ending_after_cut(len(tr.tokens), total,
                                               len(self.prompt) + len(tr.tokens), limit)
                 return last
-            if not await self.answer(tr, state, raw, total, limit, k):
+            if not await self.answer(tr, raw, total, limit, k):
                 return last
         return last
 
-    async def answer(self, tr: Transcript, state: Any, raw: str, total: int, limit: int,
-                     k: int) -> bool:
+    async def answer(self, tr: Transcript, raw: str, total: int, limit: int, k: int) -> bool:
         """The environment's reply to turn `k`, its observation appended; False when the
         episode ends here (`ended` set)."""
-        reply = await self.env_call("step", self.env.step, self.sample, tuple(tr.messages),
-                                    state)
-        try:
-            if not isinstance(reply, Reply):
-                raise TypeError(f"returned {type(reply).__name__}, not a Reply")
-            tr.add_calls(reply)
-        except Exception as exc:
-            raise env_failure(self.env, "step", exc) from exc
-        if reply.done:
-            return False
-        if k + 1 >= self.env.max_turns:
-            self.ended = "max_turns"
+        answer = await self.env_call(self.play.answer, tuple(tr.messages), k)
+        tr.add_reply(answer.reply)
+        if answer.ended is not None:
+            self.ended = answer.ended
             return False
         tok = self.gen.tokenizer
         try:
-            delta = self.context.tool_format.delta_text(tok, reply.messages, raw)
+            tools = self.play.tool_schemas()
+            delta = self.context.tool_format.delta_text(tok, answer.reply.messages, raw,
+                                                        tools=tools)
         except Exception as exc:
             raise env_failure(self.env, "the tool format's delta_text", exc) from exc
         ids = tok.encode(delta, add_special_tokens=False)
@@ -259,13 +249,22 @@ class Episode:
         if len(self.prompt) + len(tr.tokens) + len(ids) >= limit:
             self.ended = "max_model_len"
             return False
-        tr.add_observation(reply, ids, delta, self.gen.version)
+        tr.add_observation(answer.reply, ids, delta, self.gen.version)
         return True
 
-    def close(self, state: Any) -> None:
-        """`Environment.close(state)` on the thread pool, not waited for (so it also runs when
-        the rollout is cancelled); a failure is logged."""
-        future = self.executor.submit(self.env.close, state)
+    async def verdict(self, completion: str, score: bool) -> tuple[Score, float]:
+        """(verdict, seconds): the environment's error, its own verdict, or the judge's."""
+        if self.error is not None or not score:
+            return self.error or UNSCORED, 0.0
+        t1 = time.perf_counter()
+        own = await self.env_call(self.play.verdict, completion)
+        verdict = own if own is not None else await self.gen.judge(self.sample, completion)
+        return verdict, time.perf_counter() - t1
+
+    def close(self) -> None:
+        """`Play.close` on the thread pool, not waited for (so it also runs when the rollout is
+        cancelled); a failure is logged."""
+        future = self.executor.submit(self.play.close)
 
         def logged(f) -> None:
             if not f.cancelled() and f.exception() is not None:
@@ -274,31 +273,45 @@ class Episode:
 
 
 async def run_episode(episode: Episode, score: bool) -> Rollout:
-    """Play `episode` and score it: the task's judge on the whole completion, or the
-    environment's `error` when it failed (not scored)."""
+    """Play `episode` and judge it: the environment's `error` when it failed (not scored), its
+    own verdict when it gives one, else the task's judge; then close it."""
     gen, sample = episode.gen, episode.sample
     t0 = time.perf_counter()
-    tr = Transcript(messages=sample.messages(gen._scorer().system_prompt(sample.task)))
-    last = await episode.play(tr)
-    gen_end = time.perf_counter()
-    completion = gen.tokenizer.decode(tr.tokens, skip_special_tokens=True)
-    verdict, score_s = episode.error or UNSCORED, 0.0
-    if score and episode.error is None:
-        t1 = time.perf_counter()
-        verdict = await asyncio.wrap_future(gen._scorer().submit(sample, completion))
-        score_s = time.perf_counter() - t1
-    cached = episode.cached
+    tr = Transcript(messages=sample.messages(gen.system_prompt(sample.task)))
+    last: FinishReason | None = None
+    try:
+        try:
+            if await episode.opened(tr):
+                last = await episode.turns(tr)
+        except EnvFailed as failed:
+            episode.ended, episode.error = failed.ended, failed.score
+        if episode.too_long:
+            longest = first_turn_cap(episode.budget, len(gen.phrase_ids(episode.budget.phrase)))
+            return gen.too_long(sample, episode.prompt, longest, episode.group)
+        gen_end = time.perf_counter()
+        completion = gen.tokenizer.decode(tr.tokens, skip_special_tokens=True)
+        verdict, score_s = await episode.verdict(completion, score)
+    finally:
+        episode.close()
+    return _rollout(episode, tr, last, completion, verdict,
+                    {"gen_s": gen_end - t0, "score_s": score_s, "gen_end": gen_end})
+
+
+def _rollout(episode: Episode, tr: Transcript, last: FinishReason | None, completion: str,
+             verdict: Score, timings: dict[str, float]) -> Rollout:
+    sample, cached = episode.sample, episode.cached
+    meta = {"thinking_budget": (episode.thinking_budgets or [None])[0],
+            "cached_tokens": cached[0] if cached else 0,
+            "continuation_cached_tokens": sum(cached[1:]) if len(cached) > 1 else None,
+            "sampled_tokens": sum(lp is not None for lp in tr.logprobs),
+            "observation_tokens": tr.observation_tokens, "turns": tr.assistant_turns,
+            "tool_calls": len(tr.calls), "ended": episode.ended}
+    if tr.rewards:
+        meta["env_rewards"] = tr.rewards
     return Rollout(
         sample_id=sample.id, task=sample.task, prompt_token_ids=tuple(episode.prompt),
         token_ids=tuple(tr.tokens), logprobs=tuple(tr.logprobs), versions=tuple(tr.versions),
         finish_reason=finish_reason(episode.ended, last), thinking_tokens=tr.thinking,
         answer_tokens=tr.answer, completion=completion, score=verdict, group=episode.group,
-        interrupted=tr.interrupted,
-        timings={"gen_s": gen_end - t0, "score_s": score_s, "gen_end": gen_end},
-        meta={"thinking_budget": (episode.thinking_budgets or [None])[0],
-              "cached_tokens": cached[0] if cached else 0,
-              "continuation_cached_tokens": sum(cached[1:]) if len(cached) > 1 else None,
-              "sampled_tokens": sum(lp is not None for lp in tr.logprobs),
-              "observation_tokens": tr.observation_tokens, "turns": tr.assistant_turns,
-              "tool_calls": len(tr.calls), "ended": episode.ended},
-        turns=tuple(tr.turns), tool_calls=tuple(tr.calls))
+        interrupted=tr.interrupted, timings=timings, meta=meta, turns=tuple(tr.turns),
+        tool_calls=tuple(tr.calls))

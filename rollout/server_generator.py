@@ -36,6 +36,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlparse
 
+from scalerl.envs.environment import EnvContext
 from scalerl.rollout.base_generator import BaseGenerator, GeneratorUnavailable, Sampled
 from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.model_files import model_dir
@@ -83,12 +84,13 @@ class ServerGenerator(BaseGenerator):
     """Scored rollouts from vLLM servers started with `scalerl serve` (or its command line)."""
 
     def __init__(self, model_path: str, *, config: EngineConfig, fp32_head: bool = True,
-                 scorer: Scorer | None = None, tool_format: str = "auto") -> None:
+                 scorer: Scorer | None = None, tool_format: str = "auto",
+                 env_context: EnvContext | None = None) -> None:
         if not config.servers:
             raise ValueError("ServerGenerator needs at least one URL in engine.servers")
         self.config = config
         super().__init__(model_path, max_model_len=config.max_model_len, fp32_head=fp32_head,
-                         scorer=scorer, tool_format=tool_format)
+                         scorer=scorer, tool_format=tool_format, env_context=env_context)
         self._salt = uuid.uuid4().hex[:8]
         """This client's part of every cache salt: blocks cached for another client (e.g.
         another checkpoint on the same server) are never reused."""

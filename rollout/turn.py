@@ -6,12 +6,11 @@ policy version at injection) and phase 2 up to the answer budget. A turn ends at
 the `stop` strings a multi-turn tool format gives (kept in its tokens). `single_turn` is the
 rollout of a task without an environment: one turn after the prompt, then the verdict;
 rollout/episode.py chains turns for a task with one. Both run on the generator's event loop and
-reach the backend only through `BaseGenerator._sample`; nothing here knows vLLM.
+reach it only through its public turn interface (`Backend`); nothing here knows vLLM.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,31 +18,32 @@ from typing import Any, Protocol
 
 from scalerl.envs.base import Sample, Score
 from scalerl.rollout import budget as B
-from scalerl.rollout.scorer import Scorer
 from scalerl.rollout.types import Budget, FinishReason, Rollout
 
 UNSCORED = Score(status="error", detail="not scored (score=False)")
 
 
 class Backend(Protocol):
-    """What turns and episodes use of their generator (rollout/base_generator.py
-    `BaseGenerator`, which both backends subclass)."""
+    """What turns and episodes use of their generator: its public turn interface
+    (rollout/base_generator.py `BaseGenerator`, which both backends subclass)."""
 
     tokenizer: Any
     max_model_len: int
-    _think_close: tuple[int, ...]
-    _sampled_total: int
+    think_close: tuple[int, ...]
+    """The tokens of `</think>`."""
 
     @property
     def version(self) -> int: ...
 
-    async def _sample(self, prompt: list[int], max_tokens: int, temperature: float,
-                      seed: int | None, top_p: float = 1.0, priority: int = 0,
-                      stop: tuple[str, ...] = ()) -> Any: ...
+    async def sample(self, prompt: list[int], max_tokens: int, temperature: float,
+                     seed: int | None, top_p: float = 1.0, priority: int = 0,
+                     stop: tuple[str, ...] = ()) -> Any: ...
 
-    def _phrase_ids(self, phrase: str) -> tuple[int, ...]: ...
+    def phrase_ids(self, phrase: str) -> tuple[int, ...]: ...
 
-    def _scorer(self) -> Scorer: ...
+    def system_prompt(self, task: str) -> str | None: ...
+
+    async def judge(self, sample: Sample, completion: str) -> Score: ...
 
 
 @dataclass(frozen=True)
@@ -85,11 +85,10 @@ async def sample_turn(gen: Backend, context: list[int], plan: B.Plan,
     strings end it as EOS does (kept in its tokens). `continuation`: not the rollout's first
     request (scheduled as a continuation is)."""
     kwargs = {"stop": stop} if stop else {}
-    first = await gen._sample(context, B.first_phase_tokens(plan), sampling.temperature, seed,
-                              sampling.top_p, priority=phase_priority(sampling.priority,
-                                                                      continuation), **kwargs)
-    gen._sampled_total += len(first.tokens)
-    step = B.after_first_phase(plan, first.tokens, first.ended, gen._think_close, phrase)
+    first = await gen.sample(context, B.first_phase_tokens(plan), sampling.temperature, seed,
+                             sampling.top_p, priority=phase_priority(sampling.priority,
+                                                                     continuation), **kwargs)
+    step = B.after_first_phase(plan, first.tokens, first.ended, gen.think_close, phrase)
     k = step.keep
     tokens, versions = first.tokens[:k], first.versions[:k]
     logprobs: list[float | None] = [float(x) for x in first.logprobs[:k]]
@@ -100,10 +99,9 @@ async def sample_turn(gen: Backend, context: list[int], plan: B.Plan,
     logprobs += [None] * len(step.forced)
     versions += [gen.version] * len(step.forced)
     seed2 = None if seed is None else seed ^ 0x5EED
-    second = await gen._sample(context + tokens, step.max_tokens, sampling.temperature, seed2,
-                               sampling.top_p, priority=phase_priority(sampling.priority, True),
-                               **kwargs)
-    gen._sampled_total += len(second.tokens)
+    second = await gen.sample(context + tokens, step.max_tokens, sampling.temperature, seed2,
+                              sampling.top_p, priority=phase_priority(sampling.priority, True),
+                              **kwargs)
     return TurnResult(tokens + second.tokens, logprobs + list(second.logprobs),
                       versions + list(second.versions), B.final_reason(step, second.ended),
                       bool(step.forced), plan, first.cached, second.cached)
@@ -115,17 +113,17 @@ async def single_turn(gen: Backend, sample: Sample, group: int, prompt: list[int
     """The rollout of a task without an environment: one turn, scored on its whole text."""
     t0 = time.perf_counter()
     rseed = None if seed is None else B.rollout_seed(seed, sample.id, group)
-    phrase = gen._phrase_ids(budget.phrase)
+    phrase = gen.phrase_ids(budget.phrase)
     plan = B.plan_rollout(budget, len(phrase), rseed or 0)
     turn = await sample_turn(gen, prompt, plan, phrase, sampling, rseed)
     tokens, logprobs = turn.tokens, turn.logprobs
     gen_end = time.perf_counter()
-    thinking, answer = B.count_phases(tokens, gen._think_close, plan.thinking is not None)
+    thinking, answer = B.count_phases(tokens, gen.think_close, plan.thinking is not None)
     completion = gen.tokenizer.decode(tokens, skip_special_tokens=True)
     verdict, score_s = UNSCORED, 0.0
     if score:
         t1 = time.perf_counter()
-        verdict = await asyncio.wrap_future(gen._scorer().submit(sample, completion))
+        verdict = await gen.judge(sample, completion)
         score_s = time.perf_counter() - t1
     return Rollout(
         sample_id=sample.id, task=sample.task, prompt_token_ids=tuple(prompt),

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from scalerl.sandbox.registry import Registry
+
 ExecStatus = Literal["ok", "runtime_error", "timeout", "memory_limit", "output_limit",
                      "sandbox_error"]
 EXEC_STATUSES: tuple[str, ...] = ("ok", "runtime_error", "timeout", "memory_limit",
@@ -110,7 +112,7 @@ class Backend(abc.ABC):
         """Release warm workers or containers."""
 
 
-BACKENDS: dict[str, type[Backend]] = {}
+BACKENDS: Registry[type[Backend]] = Registry("sandbox backend")
 """name -> Backend class, filled by `register_backend` as the backend modules are imported."""
 
 
@@ -119,6 +121,6 @@ def register_backend(name: str) -> Callable[[type[Backend]], type[Backend]]:
 
     def deco(cls: type[Backend]) -> type[Backend]:
         cls.name = name
-        BACKENDS[name] = cls
+        BACKENDS.add(name, cls)
         return cls
     return deco

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from scalerl.rollout.model_files import model_dir
 
 TINY_MODELS: tuple[str, ...] = ("tiny", "tiny-tools")
-"""The tiny models the project builds itself (scalerl/tiny.py `TINY_MODELS` has their recipes)."""
+"""The tiny models the project builds itself (scalerl/tiny/__init__.py `TINY_MODELS` has their
+recipes)."""
 
 
 def resolve_model(name: str, log: Callable[[str], None] | None = None) -> str:

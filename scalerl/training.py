@@ -220,7 +220,7 @@ def run_tasks(cfg: RunConfig) -> dict:
 def preflight(cfg: RunConfig) -> None:
     """Raise PreflightError (one line per task) when a task's verifier cannot work on this
     machine with the run's grading settings."""
-    from scalerl.preflight import check_tasks
+    from scalerl.envs.preflight import check_tasks
 
     check_tasks(run_tasks(cfg).values(), cfg.grading)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from scalerl.trainer.registry import Registry
+from scalerl.sandbox.registry import Registry
 
 Tensor = torch.Tensor
 NormaliseFn = Callable[[Tensor, Tensor, float], Tensor]

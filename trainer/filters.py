@@ -19,7 +19,7 @@ from typing import Any
 
 from scalerl.envs.base import Score
 from scalerl.rollout.types import Rollout
-from scalerl.trainer.registry import Registry
+from scalerl.sandbox.registry import Registry
 
 Group = list[Rollout]
 """The n rollouts of one prompt."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from scalerl.trainer.registry import Registry
+from scalerl.sandbox.registry import Registry
 
 Tensor = torch.Tensor
 LossOutput = tuple[Tensor, dict[str, Tensor]]

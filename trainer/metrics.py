@@ -76,7 +76,27 @@ def rollout_metrics(groups: list[Group]) -> dict[str, float]:
     }
     for task, rs in sorted(by_task.items()):
         out[f"train/{task}/pass_rate"] = _mean([r.score.correct for r in rs])
+        out |= credit_metrics(rs, f"train/{task}/")
     return out | turn_metrics(rollouts, by_task)
+
+
+CREDIT_QUANTILES = (0.1, 0.5, 0.9)
+"""The quantiles of a graded task's credit each step logs."""
+
+
+def credit_metrics(rollouts: list, prefix: str) -> dict[str, float]:
+    """A graded task's credit (`Score.reward`, in [0, 1]) of the rollouts that have one: its
+    mean, `credit_p10/p50/p90` and `credit_full_frac` (full credit); nothing for a task whose
+    verdicts are all-or-nothing."""
+    credits = sorted(float(r.score.reward) for r in rollouts if r.score.reward is not None)
+    if not credits:
+        return {}
+    out = {f"{prefix}credit_mean": _mean(credits),
+           f"{prefix}credit_full_frac": _mean([c >= 1.0 for c in credits])}
+    for q in CREDIT_QUANTILES:
+        out[f"{prefix}credit_p{round(q * 100)}"] = credits[min(len(credits) - 1,
+                                                             int(q * len(credits)))]
+    return out
 
 
 def _turns(r) -> int:

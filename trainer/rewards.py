@@ -1,8 +1,11 @@
 """Rewards: the one place a verdict's status becomes the number the policy is trained on.
 
-A verdict (envs' `Score`) is a status and a detail; `RewardMap` maps the status to a reward from
-the run's `advantages.correct_reward` / `advantages.wrong_reward` (ScaleRL A.3: +1 for a correct
-answer, -1 for anything else), and `assign` writes it onto each rollout once per step. Everything
+A verdict (envs' `Score`) is a status, a detail and, when graded, a credit in [0, 1];
+`RewardMap` maps it to a reward from the run's `advantages.correct_reward` /
+`advantages.wrong_reward` (ScaleRL A.3: +1 for a correct answer, -1 for anything else): a graded
+verdict's credit c lands linearly between them, wrong + c * (correct - wrong) (the fraction of
+tests passed, an environment's own reward mapped to [0, 1]), so graded and all-or-nothing tasks
+share one scale; `assign` writes it onto each rollout once per step. Everything
 after (zero-variance filtering, advantages, the logged `reward/*`) reads `Rollout.reward`, so what
 is logged is what is trained. `error` verdicts never reach this point (trainer/filters.py drops
 them first). No filtering or advantage maths here.
@@ -27,12 +30,16 @@ class RewardMap:
             raise ValueError(f"the correct reward ({self.correct}) must be greater than the "
                              f"wrong reward ({self.wrong})")
 
-    def __call__(self, status: str) -> float:
+    def __call__(self, status: str, credit: float | None = None) -> float:
+        """The reward of a verdict: `correct` or `wrong` by status, or, graded, its `credit`
+        placed linearly between them."""
+        if credit is not None:
+            return self.wrong + float(credit) * (self.correct - self.wrong)
         return self.correct if status == "correct" else self.wrong
 
     def assign(self, group: list[Rollout]) -> list[Rollout]:
-        """The rollouts of `group`, each carrying the reward its status maps to."""
-        return [replace(r, reward=self(r.score.status)) for r in group]
+        """The rollouts of `group`, each carrying the reward its verdict maps to."""
+        return [replace(r, reward=self(r.score.status, r.score.reward)) for r in group]
 
 
 def rewards_of(group: list[Rollout]) -> list[float]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from scalerl.trainer.registry import Registry
+from scalerl.sandbox.registry import Registry
 
 
 @dataclass(frozen=True)

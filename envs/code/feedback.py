@@ -19,12 +19,11 @@ Failures: a sandbox that cannot run the program, and a sample whose `public` tes
 raise `SessionFailed` (the rollout's verdict becomes `error`, excluded from training and counted,
 as a verifier error is): feedback is the verifier's work, so its failure is the verifier's.
 
-Settings: `EnvContext.options["grading"]` is the run's `Grading` (envs/grading.py: the sandbox
-backend, workers and caps every verdict uses); absent, this machine's defaults. The task's
-verifier options (`requires_thinking`, `test_timeout_s`, `compare`, `limits`, ...: what the judge
-runs with) are given at construction (`verifier_options=`; `with_feedback` passes the task's),
-else as `EnvContext.options["verifier_options"]`; with neither, `start` fails naming the fix
-(a guess would run LiveCodeBench's tests under another comparison rule).
+Settings: `EnvContext.grading` is the run's `Grading` (envs/grading.py: the sandbox
+backend, workers and caps every verdict uses). The task's verifier options (`requires_thinking`,
+`test_timeout_s`, `compare`, `limits`, ...: what the judge runs with) are given at construction
+(`verifier_options=`; `with_feedback` passes the task's); without them, `start` fails naming the
+fix (a guess would run LiveCodeBench's tests under another comparison rule).
 
 Turning it on: by name, `feedback:<task>` (`feedback:livecodebench:2024-08..2025-02`,
 `feedback:mbpp`, `feedback:mbpp+`, `feedback:humaneval`, `feedback:humaneval+`, a user's code
@@ -61,7 +60,7 @@ from scalerl.envs.environment import (
     SessionFailed,
     register_environment,
 )
-from scalerl.envs.grading import DEFAULT_GRADING, Grading
+from scalerl.envs.grading import Grading
 from scalerl.envs.played import PlayedTask
 from scalerl.envs.registry import lookup_task, register_task_prefix
 from scalerl.envs.task import Task
@@ -112,18 +111,16 @@ class TestsFeedback(Environment):
         self.verifier_options = dict(verifier_options) if verifier_options is not None else None
 
     def start(self, sample: Sample, context: EnvContext) -> dict[str, Any]:
-        grading = context.options.get("grading", DEFAULT_GRADING)
+        grading = context.grading
         if not isinstance(grading, Grading):
-            raise TypeError(f"tests_feedback: EnvContext.options['grading'] must be a Grading "
+            raise TypeError(f"tests_feedback: EnvContext.grading must be a Grading "
                             f"(envs/grading.py), got {type(grading).__name__}")
-        options = context.options.get("verifier_options")
-        if self.verifier_options is None and not isinstance(options, Mapping):
+        if self.verifier_options is None:
             raise ValueError(
                 f"tests_feedback (task {sample.task!r}): the task's verifier options are "
                 "unknown; build the environment with with_feedback(task) or "
-                "TestsFeedback(verifier_options=task.verifier_options()), or give them as "
-                "EnvContext.options['verifier_options']")
-        return {"grading": grading, "options": options, "public_runs": []}
+                "TestsFeedback(verifier_options=task.verifier_options())")
+        return {"grading": grading, "options": None, "public_runs": []}
 
     def step(self, sample: Sample, transcript: Sequence[Message], state: Any) -> Reply:
         if not transcript or transcript[-1].get("role") != "assistant":

@@ -169,10 +169,10 @@ def run_config_of(paths: list[str]):
 
 def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
     """Settings, models and engine of a --model run; ValueError before any engine starts."""
+    from scalerl.envs.preflight import check_tasks, task_problems
     from scalerl.evaluation.prompts import prompted_tasks
     from scalerl.evaluation.report import resolve_models
     from scalerl.local_data import sources_from_args, unused_note
-    from scalerl.preflight import check_tasks, task_problems
 
     if any(v is not None and v < 1 for v in (args.n, args.limit, args.chunk)):
         raise ValueError("--n, --limit and --chunk must be >= 1")
@@ -372,9 +372,9 @@ def track(results: dict, args, plan: Plan) -> None:
 def run(args: argparse.Namespace) -> int:
     from scalerl.coerce import ConfigError
     from scalerl.envs.data import DataError
+    from scalerl.envs.preflight import PREFLIGHT_EXIT, PreflightError
     from scalerl.envs.registry import UnknownTaskError
     from scalerl.evaluation.report import EvalInputError
-    from scalerl.preflight import PREFLIGHT_EXIT, PreflightError
 
     try:
         ks = parse_ks(args.k) if args.k else None

@@ -1,9 +1,9 @@
 """`scalerl fit`: fit ScaleRL's sigmoid R(C) to (compute, pass rate) points of one or more runs.
 
 Reads JSONL/CSV files or run directories (their `metrics.jsonl`), keeps rows that have both
-columns, fits with `scalerl.scaling` (the paper's grid procedure), prints the parameters with
-bootstrap intervals and the extrapolation error, and draws every input on one PNG. The maths is
-in `scalerl/scaling.py`; this module reads, prints and plots.
+columns, fits with `scalerl.evaluation.scaling` (the paper's grid procedure), prints the
+parameters with bootstrap intervals and the extrapolation error, and draws every input on one
+PNG. The maths is in `scalerl/evaluation/scaling.py`; this module reads, prints and plots.
 """
 
 from __future__ import annotations

@@ -105,8 +105,8 @@ def write_rollouts(gen, samples: list, *, out_path: str, n: int, budget, tempera
 def prepare(args: argparse.Namespace):
     """(task, samples, budget, model, engine config); ValueError, or PreflightError when the
     task's verifier cannot work here, before any model is built or engine started."""
+    from scalerl.envs.preflight import check_tasks
     from scalerl.local_data import sources_from_args, unused_note
-    from scalerl.preflight import check_tasks
     from scalerl.rollout.heldout import eval_samples
 
     if args.n <= 0 or (args.limit is not None and args.limit <= 0):
@@ -127,8 +127,8 @@ def prepare(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from scalerl.ending import close_pools
+    from scalerl.envs.preflight import PREFLIGHT_EXIT, PreflightError
     from scalerl.envs.registry import UnknownTaskError
-    from scalerl.preflight import PREFLIGHT_EXIT, PreflightError
     from scalerl.rollout.scorer import Scorer
 
     log = engine_log_path(args)

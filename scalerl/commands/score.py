@@ -2,7 +2,7 @@
 
 A row is `{"id", "kind", "completion", <the kind's gold field>}` or `{"id", "task", "sample_id",
 "completion"}`; for a task with an environment (tools, test feedback), `"turns": [assistant text,
-...]` instead of the completion: the environment is replayed (scalerl/replay.py: its tool calls
+...]` instead of the completion: the environment is replayed (envs/replay.py: its tool calls
 really run in the sandbox) and the row gets the observations it gave (`messages`, `tool_calls`,
 `turns_played`, `ended`) beside the verdict. Rows are scored by a thread pool calling the kind's
 (or task's) score function (math goes through the verifier process pool, code through the sandbox)
@@ -33,7 +33,8 @@ from scalerl.local_data import Sources, add_task_args, sources_from_args
 from scalerl.trainer.rewards import RewardMap
 
 REWARDS = RewardMap()
-"""The `reward` column: the trainer's default mapping (ScaleRL: +1 correct, -1 otherwise)."""
+"""The `reward` column: the trainer's default mapping (ScaleRL: +1 correct, -1 otherwise; a
+graded verdict's `credit` in [0, 1] placed linearly between them)."""
 
 HELP = "score model outputs offline (JSONL rows in, one verdict per row out, in input order)"
 
@@ -79,13 +80,9 @@ class Resolver:
         """The environments' context for replayed rows, made at the first one: tool sessions
         in this machine's sandbox (a pool started at the first tool call)."""
         if self._context is None:
-            from scalerl.envs.environment import EnvContext
-            from scalerl.envs.tool_format import tool_format
-            from scalerl.sandbox.session import LazySessions
+            from scalerl.envs.context import run_context
 
-            self._context = EnvContext(sessions=LazySessions(DEFAULT_GRADING.sandbox),
-                                       tool_format=tool_format(self._tool_format),
-                                       options={"grading": DEFAULT_GRADING})
+            self._context = run_context(self._tool_format, None, DEFAULT_GRADING)
         return self._context
 
     def close(self) -> None:
@@ -139,7 +136,7 @@ class Resolver:
         return Job(line, row["id"], lambda: task.score(sample, completion, DEFAULT_GRADING))
 
     def _replay_job(self, row: Mapping[str, Any], line: int, task: Any, sample: Sample) -> Job:
-        from scalerl.replay import replay
+        from scalerl.envs.replay import replay
 
         if task.environment is None:
             raise BadRow(f'task {task.name!r} has no environment: "turns" rows are for multi-'
@@ -184,9 +181,9 @@ def run_job(job: Job) -> dict[str, Any]:
     except Exception as exc:  # the verifier's own failure is reported as status `error`
         score = Score("error", truncate(f"{type(exc).__name__}: {exc}"))
     return {
-        "id": job.id, "status": score.status, "reward": REWARDS(score.status),
+        "id": job.id, "status": score.status, "reward": REWARDS(score.status, score.reward),
         "detail": score.detail, "latency_s": round(time.monotonic() - t0, 6),
-    } | extra
+    } | ({"credit": score.reward} if score.reward is not None else {}) | extra
 
 
 # --- the ordered streaming loop -----------------------------------------------------------------

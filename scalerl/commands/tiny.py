@@ -4,7 +4,7 @@ Builds (or finds) a tiny CPU model and prints its directory; with `--json`, one 
 ..., "hash": ..., ...}`. `--check-tools` measures a model's held-out pass@1 on a tool task with
 the tool (a real sandbox session per episode) and without, by Hugging Face sampling at T=1
 (`--model` may then also be a model directory, e.g. a run's checkpoint). The build lives in
-`scalerl.tiny`, the tool loop in `scalerl.tiny_tools`; this module parses arguments and prints.
+`scalerl.tiny`, the tool loop in `scalerl.tiny.tools`; this module parses arguments and prints.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def check_tools(model_name: str, *, task: str = "arith_tool", limit: int = 250,
     from scalerl.sandbox.config import SandboxConfig
     from scalerl.sandbox.session import SessionPool
     from scalerl.tiny import sampled_pass_rate
-    from scalerl.tiny_tools import tool_pass_rate
+    from scalerl.tiny.tools import tool_pass_rate
 
     torch.set_num_threads(1)
     path = resolve_model(model_name)

@@ -35,7 +35,8 @@ EXIT_CODES = {0: "the run finished", 1: "it crashed (the traceback names the cau
               2: "bad input: config, flags, run directory", 3: "preflight: a task's verifier "
               "cannot work on this machine (nothing started)", 4: "stopped early: verifier "
               "errors above filters.max_error_frac (a checkpoint was written; fix, then "
-              "--resume)", 75: "stopped early: generation unavailable (no server, a publish timed out, the "
+              "--resume)",
+              75: "stopped early: generation unavailable (no server, a publish timed out, the "
               "engine died or did not start within engine.start_timeout_s) or SIGTERM/SIGUSR1 "
               "(a checkpoint was written when a step had run; --resume continues)",
               130: "interrupted (Ctrl-C)", 143: "terminated (SIGTERM)"}
@@ -151,7 +152,7 @@ def _sources(args: argparse.Namespace) -> Sources:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scalerl.preflight import PREFLIGHT_EXIT, PreflightError
+    from scalerl.envs.preflight import PREFLIGHT_EXIT, PreflightError
     from scalerl.training import contamination_warnings, preflight
 
     changes: dict = {}

@@ -21,7 +21,7 @@ def isolated(monkeypatch):
     catalog.task_names()
     for table in ("_TASKS", "_INSTANCES", "_PREFIXES"):
         monkeypatch.setattr(registry, table, dict(getattr(registry, table)))
-    monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
+    monkeypatch.setattr(kinds, "_KINDS", kinds._KINDS.copy())
     monkeypatch.setattr(catalog, "_ENTRY_POINTS", {})
 
 

@@ -33,7 +33,7 @@ def write_jsonl(path, rows):
 def toy_kind(monkeypatch):
     """A kind that checks `completion == answer`, registered for one test only."""
     catalog.task_names()  # load built-ins and plugins before snapshotting
-    monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
+    monkeypatch.setattr(kinds, "_KINDS", kinds._KINDS.copy())
     seen_options = []
 
     def score(sample, completion, options, grading):
@@ -41,7 +41,7 @@ def toy_kind(monkeypatch):
         ok = completion.strip() == sample.answer
         return Score("correct" if ok else "wrong")
 
-    kinds.register_kind(kinds.Kind("toy", score, "answer", "toy system prompt"))
+    kinds.register_kind(kinds.Kind("toy", score, "answer", "toy system prompt"), replace=True)
     return seen_options
 
 
@@ -269,12 +269,12 @@ def test_file_task_passes_thinking_flag_and_options_to_the_kind(tmp_path, toy_ki
 
 def test_a_kind_that_raises_gives_an_error_score_not_a_wrong_one(tmp_path, monkeypatch):
     catalog.task_names()
-    monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
+    monkeypatch.setattr(kinds, "_KINDS", kinds._KINDS.copy())
 
     def broken(sample, completion, options, grading):
         raise RuntimeError("checker exploded")
 
-    kinds.register_kind(kinds.Kind("broken", broken, "answer", ""))
+    kinds.register_kind(kinds.Kind("broken", broken, "answer", ""), replace=True)
     data = write_jsonl(tmp_path / "d.jsonl", [{"prompt": "1+1", "answer": "2"}])
     task = FileTask("t", "broken", data, test_fraction=0.0)
     score = task.score(task.samples("train")[0], "2")

@@ -39,7 +39,7 @@ def isolated_registry(monkeypatch):
     catalog.task_names()  # built-ins and plugins loaded before the copy
     for table in ("_TASKS", "_INSTANCES", "_PREFIXES"):
         monkeypatch.setattr(registry, table, dict(getattr(registry, table)))
-    monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
+    monkeypatch.setattr(kinds, "_KINDS", kinds._KINDS.copy())
     monkeypatch.setattr(spec, "_FROM_SPEC", {})
     monkeypatch.setattr(spec, "_IMPORTED", {})
 

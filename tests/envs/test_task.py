@@ -21,14 +21,14 @@ def one(task: str, i: int = 0) -> Sample:
 def echo_kind(monkeypatch):
     """Kind `echo`: correct iff completion == answer; records the options it was given."""
     catalog.task_names()
-    monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
+    monkeypatch.setattr(kinds, "_KINDS", kinds._KINDS.copy())
     seen = []
 
     def score(sample, completion, options, grading):
         seen.append((dict(options), grading))
         return Score("correct" if completion == sample.answer else "wrong")
 
-    kinds.register_kind(kinds.Kind("echo", score, "answer", ""))
+    kinds.register_kind(kinds.Kind("echo", score, "answer", ""), replace=True)
     return seen
 
 

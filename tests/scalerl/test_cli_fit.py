@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from scalerl import cli
-from scalerl.scaling import sigmoid
+from scalerl.evaluation.scaling import sigmoid
 
 JSON_KEYS = {"input", "x", "y", "A", "B", "C_mid", "R0", "r0_fitted", "r0_source", "sse", "rmse",
              "n_points", "x_range", "grid", "fit_s", "warnings", "ci", "bootstrap_s"}

@@ -18,14 +18,14 @@ from scalerl.envs.base import Score
 def sleepy_kind(monkeypatch):
     """Kind `sleepy`: sleeps `answer` seconds, then is correct iff completion == "ok"."""
     registry.task_names()
-    monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
+    monkeypatch.setattr(kinds, "_KINDS", kinds._KINDS.copy())
 
     def score(sample, completion, options, grading):
         time.sleep(float(sample.answer))
         ok = completion == "ok"
         return Score("correct" if ok else "wrong", f"slept {sample.answer}")
 
-    kinds.register_kind(kinds.Kind("sleepy", score, "answer", ""))
+    kinds.register_kind(kinds.Kind("sleepy", score, "answer", ""), replace=True)
 
 
 def rows_text(rows):
@@ -108,7 +108,7 @@ def test_a_kind_that_raises_is_an_error_row_not_a_zero(tmp_path, monkeypatch):
     def broken(sample, completion, options, grading):
         raise RuntimeError("verifier crashed")
 
-    kinds.register_kind(kinds.Kind("broken", broken, "answer", ""))
+    kinds.register_kind(kinds.Kind("broken", broken, "answer", ""), replace=True)
     code, out = run_cli(tmp_path, [{"id": 1, "kind": "broken", "completion": "x", "answer": "1"}])
     assert code == 0 and out[0]["status"] == "error" and "verifier crashed" in out[0]["detail"]
 
@@ -144,7 +144,7 @@ def score(sample, completion, options, grading):
     return Score("correct")
 
 registry.task_names()
-kinds.register_kind(kinds.Kind("sleepy", score, "answer", ""))
+kinds.register_kind(kinds.Kind("sleepy", score, "answer", ""), replace=True)
 sys.exit(main(["score", sys.argv[1], "--out", sys.argv[2], "--workers", "1"]))
 """
 

@@ -55,7 +55,7 @@ def fenced(code: str) -> str:
 def play(env, sample, *answers, grading: Grading | None = None):
     """The environment's replies to `answers`, one assistant turn each, as the turn loop plays
     them (the transcript grows with each answer and each observation)."""
-    state = env.start(sample, EnvContext(options={"grading": grading or Grading()}))
+    state = env.start(sample, EnvContext(grading=grading or Grading()))
     transcript, replies = list(sample.messages()), []
     for answer in answers:
         transcript.append({"role": "assistant", "content": answer})
@@ -295,20 +295,21 @@ def test_registered_by_name_and_options_are_checked():
         TestsFeedback(max_turns=0)
     with pytest.raises(ValueError, match="needs a `code` task"):
         with_feedback(get_task("arith"))
-    with pytest.raises(TypeError, match=r"options\['grading'\] must be a Grading"):
-        TestsFeedback().start(None, EnvContext(options={"grading": "bwrap"}))
+    with pytest.raises(TypeError, match=r"EnvContext.grading must be a Grading"):
+        TestsFeedback().start(None, EnvContext(grading="bwrap"))
 
 
-def test_the_tasks_verifier_options_come_from_the_constructor_or_the_context(copies):
+def test_the_tasks_verifier_options_come_from_the_constructor(copies):
     sample = samples("livecodebench", copies)["abc001_a"]
     bare = environment_factory("tests_feedback")(max_turns=2)  # as a spec key builds it
     with pytest.raises(ValueError, match=r"verifier options are unknown; build the environment "
                                          r"with with_feedback\(task\)"):
         bare.start(sample, EnvContext())
     options = get_task("livecodebench").verifier_options()
-    state = bare.start(sample, EnvContext(options={"verifier_options": options}))
+    given = environment_factory("tests_feedback")(max_turns=2, verifier_options=options)
+    state = given.start(sample, EnvContext())
     transcript = [*sample.messages(), {"role": "assistant", "content": fenced("print(8)")}]
-    assert "Expected: 9" in feedback_text(bare.step(sample, transcript, state))
+    assert "Expected: 9" in feedback_text(given.step(sample, transcript, state))
 
 
 def test_malformed_public_tests_are_the_rollouts_error():

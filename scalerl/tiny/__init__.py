@@ -6,7 +6,7 @@ and vLLM, building it on first use and caching it under `$SCALERL_CACHE/tiny/<re
 (default `~/.cache/scalerl`). The build is deterministic: same recipe and task data, same hash.
 Two models are named (`TINY_MODELS`): `tiny`, the default every test uses, and `tiny-tools`, whose
 warm start adds `arith_tool` tool-use traces in the `plain` format and some direct answers
-(scalerl/tiny_tools.py), the tool's output masked out of the loss. It does not run RL or vLLM;
+(scalerl/tiny/tools.py), the tool's output masked out of the loss. It does not run RL or vLLM;
 the held-out check sampled here uses Hugging Face generation (without tools).
 """
 
@@ -90,7 +90,7 @@ class TinyRecipe:
     """Seeds the weight initialisation (the SFT order uses `sft.seed`)."""
     check_tasks: tuple[str, ...] = ("arith",)
     """Tasks whose held-out pass@1 (sampled at T=1) is measured after the build (tiny.json); one
-    turn, no environment, so a tool task is measured without its tool (scalerl/tiny_tools.py
+    turn, no environment, so a tool task is measured without its tool (scalerl/tiny/tools.py
     `tool_pass_rate` measures it with)."""
     check_limit: int = 300
     """Held-out samples per checked task."""
@@ -203,7 +203,7 @@ def tool_pairs(recipe: TinyRecipe) -> list[tuple[list[dict[str, str]], Solution]
     (every level), each a `plain` tool-use trace or, with probability `direct_frac` (seeded), a
     direct answer."""
     from scalerl.envs.catalog import get_task
-    from scalerl.tiny_tools import direct_answer, tool_trace
+    from scalerl.tiny.tools import direct_answer, tool_trace
 
     tok = build_tokenizer() if recipe.tool_tasks else None
     rng = random.Random(f"direct:{recipe.seed}")
@@ -320,7 +320,7 @@ def sft_example(tok, messages: list[dict[str, str]], solution: Solution) -> SFTE
     if isinstance(solution, str):
         return SFTExample(prompt, tuple(tok(solution, add_special_tokens=False).input_ids
                                         + [tok.eos_token_id]))
-    from scalerl.tiny_tools import segment_ids
+    from scalerl.tiny.tools import segment_ids
 
     ids, mask = segment_ids(tok, solution, tok.eos_token_id)
     return SFTExample(prompt, ids, completion_mask=mask)

@@ -1,10 +1,11 @@
-"""The sigmoid fit (scalerl.scaling) recovers the paper's Table 1 curves and extrapolates."""
+"""The sigmoid fit (scalerl.evaluation.scaling) recovers the paper's Table 1 curves and
+extrapolates."""
 
 import numpy as np
 import pytest
 from scipy.optimize import curve_fit
 
-from scalerl.scaling import (
+from scalerl.evaluation.scaling import (
     Grid,
     _grid_arrays,
     bootstrap,

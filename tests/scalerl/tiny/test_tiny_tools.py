@@ -11,7 +11,7 @@ import pytest
 import scalerl.tiny as T
 from scalerl.envs.catalog import get_task
 from scalerl.envs.tool_format import tool_format
-from scalerl.tiny_tools import direct_answer, program_output, segment_ids, tool_trace
+from scalerl.tiny.tools import direct_answer, program_output, segment_ids, tool_trace
 from scalerl.trainer.sft import SFTConfig
 
 DEFAULT_HASH = "998993bc8caef4c2"
@@ -152,7 +152,7 @@ def test_small_tools_build_plays_episodes_with_the_tool(tmp_path):
 
     from scalerl.sandbox.config import SandboxConfig
     from scalerl.sandbox.session import SessionPool
-    from scalerl.tiny_tools import tool_pass_rate
+    from scalerl.tiny.tools import tool_pass_rate
 
     small = T.TinyRecipe(tasks=(("arith", 16),), tool_tasks=(("arith_tool", 40),),
                          direct_frac=0.25, sft=SFTConfig(steps=3, batch_size=8),

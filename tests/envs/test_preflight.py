@@ -14,8 +14,8 @@ import pytest
 
 from scalerl.envs import catalog, kinds
 from scalerl.envs.base import Sample, Score
+from scalerl.envs.preflight import PreflightError, check_tasks, task_problems
 from scalerl.envs.task import Task
-from scalerl.preflight import PreflightError, check_tasks, task_problems
 
 NO_DOCKER = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/scalerl-test-docker.sock"}
 
@@ -66,14 +66,14 @@ def test_eval_and_generate_run_the_same_preflight(tmp_path):
 def needy_kind(monkeypatch):
     """Kind `needy`, whose verifier needs a file that is not there."""
     catalog.task_names()
-    monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
+    monkeypatch.setattr(kinds, "_KINDS", kinds._KINDS.copy())
 
     def preflight(options, grading):
         path = options["oracle"]
         return None if os.path.exists(path) else f"oracle {path} is missing; fix: make oracle"
 
     kinds.register_kind(kinds.Kind("needy", lambda s, c, o, g: Score("wrong"),
-                                         "answer", "", preflight=preflight))
+                                         "answer", "", preflight=preflight), replace=True)
 
 
 class Needy(Task):

@@ -11,7 +11,8 @@ A direct answer (no tool) is one trained segment. `tool_pass_rate` samples held-
 Hugging Face generation and plays each episode with the task's environment and a real sandbox
 session pool; `scalerl tiny --model MODEL --check-tools` prints it beside the pass@1 of the same
 model without tools (no environment: one turn, the model must write the result itself) as JSON
-(scalerl/commands/tiny.py). This module builds no model and trains nothing (scalerl/tiny.py does).
+(scalerl/commands/tiny.py). This module builds no model and trains nothing (scalerl/tiny/
+__init__.py does).
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from typing import Any
 import torch
 
 from scalerl.envs.base import Sample
-from scalerl.envs.environment import EnvContext, ToolCall, ToolOutcome
-from scalerl.envs.tool_format import PYTHON_TOOL, tool_format
+from scalerl.envs.context import run_context
+from scalerl.envs.environment import ToolOutcome
+from scalerl.envs.tool_format import python_call, tool_format
+from scalerl.envs.turns import EnvFailed, Play, prompt_with_opening
 
 Segment = tuple[str, bool]
 """(text, trained): trained text is the model's own; untrained text is the environment's."""
@@ -56,8 +59,7 @@ def tool_trace(sample: Sample, tokenizer: Any) -> tuple[Segment, ...]:
     if output.strip() != str(sample.answer):
         raise ValueError(f"tool trace: sample {sample.id} program prints {output.strip()!r}, "
                          f"the gold answer is {sample.answer!r}")
-    call = ToolCall(PYTHON_TOOL, code)
-    messages = fmt.observation([call], [ToolOutcome("ok", output, 0.0)])
+    messages = fmt.observation([python_call(code)], [ToolOutcome("ok", output, 0.0)])
     observation = fmt.delta_text(tokenizer, messages, turn1)
     return (turn1, True), (observation, False), (f"\\boxed{{{sample.answer}}}", True)
 
@@ -113,59 +115,76 @@ def tool_pass_rate(model, tokenizer, task_name: str, sessions: Any, *, limit: in
                    seed: int = 0, temperature: float = 1.0,
                    max_new_tokens: int = 64, workers: int = 4) -> dict[str, float]:
     """Held-out pass@1 with the tool (one sample per prompt): each turn sampled by HF generation
-    up to the format's stop string, each call run by the task's environment in a session from
-    `sessions` (a sandbox/session.py SessionPool), its observation appended as
-    `encode(delta_text)`, until the episode is done or `max_turns` is used. Returns pass@1 and
-    the mean tool calls per episode."""
+    up to the format's stop string, each answered by the task's environment under the turn rule
+    every loop shares (envs/turns.py `Play`; calls run in sessions from `sessions`, a
+    sandbox/session.py SessionPool), its observation appended as `encode(delta_text)`, until the
+    episode ends. An environment that fails counts as not passed. Returns pass@1 and the mean
+    tool calls per episode."""
     from scalerl.envs.catalog import get_task
 
     task, fmt = get_task(task_name), tool_format(TRACE_FORMAT)
-    env = task.environment
-    if env is None:
+    if task.environment is None:
         raise ValueError(f"task {task_name!r} has no environment: tool_pass_rate needs one")
     samples = list(task.samples("test"))[:limit]
-    msgs = [s.messages(task.system_prompt) for s in samples]
-    contexts = [tokenizer(tokenizer.apply_chat_template(m, tokenize=False,
-                                                        add_generation_prompt=True),
-                          add_special_tokens=False).input_ids for m in msgs]
-    ctx = EnvContext(sessions=sessions, tool_format=fmt)
-    states = [env.start(s, ctx) for s in samples]
-    texts, calls = [""] * len(samples), [0] * len(samples)
-    torch.manual_seed(seed)
+    plays = [Play(task.environment, s, run_context(TRACE_FORMAT, None, sessions=sessions))
+             for s in samples]
     try:
-        active = list(range(len(samples)))
-        for _ in range(env.max_turns):
-            if not active:
-                break
-            turns = _sample_turn(model, tokenizer, [contexts[i] for i in active],
-                                 stop=fmt.stop, temperature=temperature,
-                                 max_new_tokens=max_new_tokens)
-            turn_texts = [tokenizer.decode(turn) for turn in turns]
-            for i, turn, turn_text in zip(active, turns, turn_texts, strict=True):
-                contexts[i] = contexts[i] + turn
-                texts[i] += turn_text
-
-            def step(i: int):
-                transcript = [*msgs[i], {"role": "assistant", "content": texts[i]}]
-                return env.step(samples[i], transcript, states[i])
-
-            with ThreadPoolExecutor(workers) as pool:  # calls run concurrently, as in rollouts
-                replies = list(pool.map(step, active))
-            still = []
-            for i, turn_text, reply in zip(active, turn_texts, replies, strict=True):
-                calls[i] += len(reply.calls)
-                if reply.done:
-                    continue
-                delta = fmt.delta_text(tokenizer, reply.messages, turn_text)
-                contexts[i] = contexts[i] + tokenizer(delta, add_special_tokens=False).input_ids
-                texts[i] += delta
-                still.append(i)
-            active = still
+        msgs = [prompt_with_opening(s.messages(task.system_prompt), p.start())
+                for s, p in zip(samples, plays, strict=True)]
+        contexts = [tokenizer(tokenizer.apply_chat_template(m, tokenize=False,
+                                                            add_generation_prompt=True),
+                              add_special_tokens=False).input_ids for m in msgs]
+        texts, calls = _play_turns(model, tokenizer, plays, msgs, contexts, fmt, seed,
+                                   temperature, max_new_tokens, workers)
+        final = [tokenizer.decode(tokenizer(t, add_special_tokens=False).input_ids,
+                                  skip_special_tokens=True) for t in texts]
+        verdicts = [None if t is None else (p.verdict(t) or task.score(s, t))
+                    for s, p, t in zip(samples, plays, final, strict=True)]
     finally:
-        for state in states:
-            env.close(state)
-    final = [tokenizer.decode(tokenizer(t, add_special_tokens=False).input_ids,
-                              skip_special_tokens=True) for t in texts]
-    correct = sum(task.score(s, t).correct for s, t in zip(samples, final, strict=True))
+        for p in plays:
+            p.close()
     n = max(1, len(samples))
-    return {"pass1": correct / n, "tool_calls_mean": sum(calls) / n}
+    return {"pass1": sum(v is not None and v.correct for v in verdicts) / n,
+            "tool_calls_mean": sum(calls) / n}
+
+
+def _play_turns(model, tokenizer, plays: list[Play], msgs, contexts, fmt, seed: int,
+                temperature: float, max_new_tokens: int, workers: int):
+    """Each episode's text (None for one whose environment failed) and its tool calls."""
+    texts: list[str | None] = [""] * len(plays)
+    calls = [0] * len(plays)
+    torch.manual_seed(seed)
+    active = list(range(len(plays)))
+    for k in range(max((p.env.max_turns for p in plays), default=0)):
+        if not active:
+            break
+        turns = _sample_turn(model, tokenizer, [contexts[i] for i in active], stop=fmt.stop,
+                             temperature=temperature, max_new_tokens=max_new_tokens)
+        turn_texts = [tokenizer.decode(turn) for turn in turns]
+        for i, turn, turn_text in zip(active, turns, turn_texts, strict=True):
+            contexts[i] = contexts[i] + turn
+            texts[i] += turn_text
+
+        def answer(i: int, k: int = k):
+            transcript = [*msgs[i], {"role": "assistant", "content": texts[i]}]
+            try:
+                return plays[i].answer(transcript, k)
+            except EnvFailed:
+                return None
+
+        with ThreadPoolExecutor(workers) as pool:  # calls run concurrently, as in rollouts
+            answers = list(pool.map(answer, active))
+        still = []
+        for i, turn_text, ans in zip(active, turn_texts, answers, strict=True):
+            if ans is None:
+                texts[i] = None
+                continue
+            calls[i] += len(ans.reply.calls)
+            if ans.ended is not None:
+                continue
+            delta = fmt.delta_text(tokenizer, ans.reply.messages, turn_text)
+            contexts[i] = contexts[i] + tokenizer(delta, add_special_tokens=False).input_ids
+            texts[i] += delta
+            still.append(i)
+        active = still
+    return texts, calls
