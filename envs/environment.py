@@ -140,6 +140,11 @@ class Environment(abc.ABC):
         with the prompt by the chat template. Default: none."""
         return ()
 
+    def preflight(self) -> str | None:
+        """None when this environment can work here, else one line saying what is missing and
+        the fix (a server that does not answer); `Task.preflight` asks it before any run."""
+        return None
+
     def tool_schemas(self, state: Any = None) -> list[dict[str, Any]]:
         """JSON schemas of the tools the model may call (`apply_chat_template(tools=...)`);
         default: none."""

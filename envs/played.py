@@ -63,7 +63,7 @@ class PlayedTask(Task):
         return self.inner.verifier_options()
 
     def preflight(self, grading: Grading = DEFAULT_GRADING) -> str | None:
-        return self.inner.preflight(grading)
+        return self.inner.preflight(grading) or self.environment.preflight()
 
     def rewrap(self, inner: Task) -> PlayedTask:
         """The same environment around another inner task (its data or revision changed)."""

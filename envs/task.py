@@ -108,11 +108,13 @@ class Task:
         settings, else one line saying what is missing and the fix. Default: the kind's
         `preflight` with `verifier_options()`; a task whose `judge` needs more (a binary, a
         service, a data directory) overrides this. Options the kind does not know are refused
-        here first."""
+        here first; then the task's environment's own `preflight` (a server that must answer)."""
         kind, options = lookup_kind(self.kind), self.verifier_options()
         problem = kind.options_problem(options)
         if problem is None and kind.preflight is not None:
             problem = kind.preflight(options, grading)
+        if problem is None and self.environment is not None:
+            problem = self.environment.preflight()
         return problem
 
     # --- final: what every task gets -------------------------------------------------------------
