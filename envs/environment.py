@@ -18,7 +18,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from scalerl.envs.base import Message, Sample, Score
 from scalerl.envs.grading import DEFAULT_GRADING, Grading
@@ -30,9 +30,6 @@ from scalerl.sandbox.session_types import TOOL_STATUSES as TOOL_STATUSES
 from scalerl.sandbox.session_types import SessionFailed as SessionFailed
 from scalerl.sandbox.session_types import ToolOutcome as ToolOutcome
 from scalerl.sandbox.session_types import ToolStatus as ToolStatus
-
-if TYPE_CHECKING:
-    from scalerl.envs.tool_format import ToolFormat
 
 
 @dataclass(frozen=True)
@@ -109,9 +106,9 @@ class EnvContext:
     (envs/context.py `run_context`): the tool-call convention, the grading settings, the
     source of sandboxed interpreter sessions. An environment never builds its own."""
 
-    tool_format: ToolFormat | None = None
-    """How calls are parsed from an assistant turn and observations written (None: the run has
-    no tool format, e.g. an environment that needs none)."""
+    tool_format: Any = None
+    """How calls are parsed from an assistant turn and observations written (envs/tool_format.py
+    `ToolFormat`, which imports this module; None: the run has none)."""
     grading: Grading = DEFAULT_GRADING
     """The run's sandbox and verifier settings (an environment that runs tests reads them)."""
     sessions: SessionSource | None = None

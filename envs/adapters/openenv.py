@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scalerl.envs.adapters import ADAPTERS
+from scalerl.envs.adapters.base import ADAPTERS
 
 
 @ADAPTERS.register("openenv")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from scalerl.envs.adapters import ADAPTERS
+from scalerl.envs.adapters.base import ADAPTERS
 from scalerl.envs.tool_env import ToolEnvironment
 from scalerl.envs.tools import Tool, ToolError, import_object
 

@@ -36,7 +36,7 @@ def _best_of(fn, repeats: int):
 
 
 def measure(quick: bool, repeats: int, n_boot: int) -> dict:
-    from scalerl import scaling
+    from scalerl.evaluation import scaling
 
     rng = np.random.default_rng(0)
     x = np.linspace(0.0, 16000.0, 61)

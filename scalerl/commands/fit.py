@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from scalerl import scaling
+from scalerl.evaluation import scaling
 
 HELP = "fit the sigmoid compute-performance curve R(C) (ScaleRL Eq. 1) to runs' metrics"
 

@@ -26,10 +26,19 @@ def test_score_rejects_unknown_status():
         Score(status="passed")
 
 
-def test_a_verdict_is_a_status_and_a_detail_with_no_reward():
+def test_a_verdict_is_a_status_a_detail_and_an_optional_credit_never_a_reward():
     import dataclasses
 
-    assert [f.name for f in dataclasses.fields(Score)] == ["status", "detail", "latency_s"]
+    assert [f.name for f in dataclasses.fields(Score)] == ["status", "detail", "latency_s",
+                                                           "reward"]
+    assert Score("wrong").reward is None  # all-or-nothing unless graded
+    assert Score("wrong", reward=0.25).reward == 0.25
+
+
+@pytest.mark.parametrize("credit", [-0.1, 1.5, float("nan"), True, "0.5"])
+def test_a_graded_credit_outside_0_1_or_not_a_number_is_refused(credit):
+    with pytest.raises(ValueError, match=r"Score.reward must be a number in \[0, 1\] or None"):
+        Score("wrong", reward=credit)
 
 
 def test_truncate_says_how_much_was_dropped():

@@ -120,7 +120,8 @@ def test_registry_and_kinds_import_only_the_shapes():
             if not typing and m.startswith("scalerl")}
     assert deps == {"scalerl.envs.kinds"}  # and the Task type, for annotations only
     deps = {m for m, _ in imports_of(ENVS / "kinds.py") if m.startswith("scalerl")}
-    assert deps == {"scalerl.envs.base", "scalerl.envs.grading"}  # shapes: Sample, Score, Grading
+    # shapes: Sample, Score, Grading; and the one registry rule
+    assert deps == {"scalerl.envs.base", "scalerl.envs.grading", "scalerl.sandbox.registry"}
 
 
 @pytest.mark.parametrize("inside", ["harness.py", "codec.py"])

@@ -120,7 +120,7 @@ def test_a_malformed_call_is_answered_with_its_error_and_never_run():
     text = '<tool_call>\n{"name": "bash", "arguments": {"code": "ls /"}}\n</tool_call>'
     reply = env.step(SAMPLE, _assistant(text), state)
     assert not reply.done and reply.outcomes[0].status == "error"
-    assert "unknown tool 'bash'; the only tool is 'python'" in reply.messages[0]["content"]
+    assert "unknown tool 'bash'; the tools are 'python'" in reply.messages[0]["content"]
     assert pool.sessions == []
 
 

@@ -42,13 +42,17 @@ def test_a_spec_without_environment_keys_is_single_turn(tmp_path):
 
 
 @pytest.mark.parametrize(("keys", "says"), [
-    ({"tools": ["bash"]}, "'tools' must be a list of one tool, one of python; got ['bash']"),
-    ({"tools": "python"}, "'tools' must be a list of tool names (python), got 'python'"),
+    ({"tools": ["bash"]}, "tool 'bash': write it as package.module:name (or a built-in: python)"),
+    ({"tools": ["nosuchpkg.tools:f"]}, "tool 'nosuchpkg.tools:f': cannot import it "
+                                       "(ModuleNotFoundError"),
+    ({"tools": "python"}, "'tools' must be a list of tools: built-in names (python) or "
+                          "package.module:function, got 'python'"),
     ({"tools": ["python"], "max_turns": 0}, "max_turns must be an integer >= 1, got 0"),
     ({"tools": ["python"], "max_turns": True}, "'max_turns' must be an integer >= 1, got True"),
     ({"tools": ["python"], "max_observation_chars": 5},
      "max_observation_chars must be an integer >= 64, got 5"),
-    ({"max_turns": 3}, "'max_turns' needs tools: [python] or feedback: tests"),
+    ({"max_turns": 3}, "'max_turns' needs tools:, feedback: or environment: (a multi-turn "
+                       "task)"),
     ({"feedback": "tests"}, "'feedback: tests' needs kind 'code'"),
     ({"feedback": "lint"}, "'feedback' must be one of tests; got 'lint'"),
     ({"tools": ["python"], "feedback": "tests"}, "'tools' and 'feedback' cannot both be set"),

@@ -28,35 +28,44 @@ from scalerl.rollout.types import INTERRUPTION_PHRASE, Budget, Rollout
 
 
 class Delta:
-    name, stop = "delta", ()
+    name, stop, tool_names = "delta", (), None
 
-    def tools(self):
+    def template_tools(self, schemas):
         return None
 
-    def delta_text(self, tokenizer, messages, last_turn_text, template_kwargs=None):
+    def delta_text(self, tokenizer, messages, last_turn_text, template_kwargs=None, tools=()):
         return "".join(f"\nT:{m['content']}" for m in messages) + "\nA:"
 
 
 class Scripted:
-    """A backend whose `_sample` returns `reply(max_tokens)` tokens (and records each call)."""
+    """A backend whose `sample` returns `reply(max_tokens)` tokens (and records each call):
+    the generator's public turn interface (rollout/turn.py `Backend`)."""
 
     def __init__(self, tokenizer, max_model_len: int, reply) -> None:
         self.tokenizer, self.max_model_len, self.reply = tokenizer, max_model_len, reply
-        self._think_close = tuple(tokenizer.encode("</think>", add_special_tokens=False))
-        self._sampled_total, self.version, self.calls = 0, 3, []
+        self.think_close = tuple(tokenizer.encode("</think>", add_special_tokens=False))
+        self.version, self.calls = 3, []
         self.scorer = Scorer([get_task("arith")])
 
-    async def _sample(self, prompt, max_tokens, temperature, seed, top_p=1.0, priority=0,
-                      stop=()):
+    async def sample(self, prompt, max_tokens, temperature, seed, top_p=1.0, priority=0,
+                     stop=()):
         self.calls.append((len(prompt), max_tokens))
         tokens, ended = self.reply(max_tokens)
         return Sampled(tokens, [-0.5] * len(tokens), [self.version] * len(tokens), ended)
 
-    def _phrase_ids(self, phrase):
+    def phrase_ids(self, phrase):
         return tuple(self.tokenizer.encode(phrase, add_special_tokens=False))
 
-    def _scorer(self):
-        return self.scorer
+    def system_prompt(self, task):
+        return self.scorer.system_prompt(task)
+
+    async def judge(self, sample, completion):
+        return await asyncio.wrap_future(self.scorer.submit(sample, completion))
+
+    def render(self, messages, tools=()):
+        text = self.tokenizer.apply_chat_template(list(messages), tokenize=False,
+                                                  add_generation_prompt=True)
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
 
 class Env(Environment):
@@ -245,12 +254,13 @@ def test_servers_play_episodes_token_in_with_stop_strings(tiny_model_path, token
     env = Env()
     env.max_turns = 2
     fake = FakeServer(tiny_model_path)
+    fmt = Delta()
+    fmt.stop = ("}",)
     gen = ServerGenerator(tiny_model_path, scorer=Scorer({"arith": EnvTask(env)}),
-                          config=EngineConfig(servers=(fake.url,), server_wait_s=10.0))
+                          config=EngineConfig(servers=(fake.url,), server_wait_s=10.0),
+                          env_context=EnvContext(tool_format=fmt))
     try:
-        gen._env_context = EnvContext(tool_format=Delta())
-        gen._env_context.tool_format.stop = ("}",)
-        gen.env_context()
+        assert gen.env_context().tool_format is fmt  # the run's context, as handed in
         bodies, eos = [], tokenizer.eos_token_id
 
         async def generate(server, body, work, priority=0):
@@ -301,8 +311,7 @@ def test_the_python_tool_runs_in_the_sandbox_through_an_episode(tokenizer):
     from scalerl.sandbox.session import LazySessions
 
     sessions = LazySessions(grading.sandbox)
-    context = EnvContext(sessions=sessions, tool_format=tool_format("plain"),
-                         options={"grading": grading})
+    context = EnvContext(sessions=sessions, tool_format=tool_format("plain"), grading=grading)
     try:
         with ThreadPoolExecutor(4) as pool:
             episode = E.Episode(backend, sample, 0, [5] * 20, Budget(thinking=None, answer=64),
