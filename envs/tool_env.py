@@ -12,8 +12,9 @@ The per-rollout object's optional hooks, TRL's names: `reset(**row)` (the sample
 `prompt`, `answer`, `tests`, its meta) returns the first observation (text appended to the prompt's
 last user message) or None; `get_reward()` or a `reward` attribute/method gives the verdict, a
 float credit mapped through `reward_range` (default [0, 1]; 1 is `correct`) or a bool or a Score;
-a truthy `done` attribute after a turn's calls ends the episode; `close()`. Without a reward the
-task's judge gives the verdict, as for any environment.
+a truthy `done` attribute after a turn's calls ends the episode; `cleanup()` (or `close()` on a
+class that is not a ToolEnvironment, whose `close(state)` is the environment's own) releases it.
+Without a reward the task's judge gives the verdict, as for any environment.
 
 Each turn's calls are parsed by the run's tool format; an unknown tool or arguments that do not
 fit its schema are an `error` observation naming what is valid; a function runs off the caller's
@@ -101,8 +102,8 @@ class ToolEnvironment(Environment):
         self._schema_tools = self._tools_of(self.probe())
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(tools={[t.name for t in self._schema_tools]}, "
-                f"max_turns={self.max_turns})")
+        tools = [t.name for t in getattr(self, "_schema_tools", self.tools)]
+        return f"{type(self).__name__}(tools={tools}, max_turns={self.max_turns})"
 
     # --- the per-rollout object ------------------------------------------------------------
     def spawn(self) -> Any:
@@ -175,7 +176,7 @@ class ToolEnvironment(Environment):
         with state.lock:
             session, state.session, state.closed = state.session, None, True
         for what, fn in (("session", getattr(session, "close", None)),
-                         ("object", getattr(state.obj, "close", None))):
+                         ("object", release_hook(state.obj))):
             if not callable(fn):
                 continue
             try:
@@ -216,6 +217,16 @@ class ToolEnvironment(Environment):
         cut = outcome(result.status, result.output, result.latency_s, self.max_observation_chars)
         return ToolOutcome(cut.status, cut.output, cut.latency_s,
                            truncated=cut.truncated or result.truncated)
+
+
+def release_hook(obj: Any) -> Callable[[], Any] | None:
+    """What releases a per-rollout object: its `cleanup()`, else the `close()` of an object that
+    is not itself an Environment (whose `close(state)` is the environment's own)."""
+    hook = getattr(obj, "cleanup", None)
+    if callable(hook):
+        return hook
+    close = getattr(obj, "close", None)
+    return close if callable(close) and not isinstance(obj, Environment) else None
 
 
 def sample_row(sample: Sample) -> dict[str, Any]:

@@ -39,7 +39,7 @@ PYTHON_PARAMETERS: dict[str, Any] = {
 PYTHON_DESCRIPTION = ("Run Python code in a persistent session (variables survive between calls) "
                       "and return what it prints (stdout and stderr), or the traceback.")
 RESERVED = frozenset({"start", "step", "close", "opening", "verdict", "tool_schemas", "reset",
-                      "spawn", "get_reward", "reward"})
+                      "spawn", "probe", "preflight", "get_reward", "reward", "cleanup", "done"})
 """Method names never offered as tools (the environment's own API and TRL's)."""
 MIN_OBSERVATION_CHARS = 64
 """The smallest observation cap accepted (the cut note alone takes ~40 characters)."""
@@ -102,7 +102,7 @@ def tool(fn: Callable[..., Any], name: str | None = None) -> Tool:
 
     if isinstance(fn, Tool):
         return fn
-    label = getattr(fn, "__qualname__", repr(fn))
+    label = getattr(fn, "__qualname__", None) or type(fn).__name__
     if inspect.iscoroutinefunction(fn):
         raise ToolError(f"tool {label}: async functions are not supported; write a plain def")
     try:

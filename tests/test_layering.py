@@ -103,6 +103,17 @@ def test_no_part_imports_a_part_above_it_or_the_glue():
         "\n".join(upward)
 
 
+FORBIDDEN = {("rollout", "sandbox")}
+"""(part, part below it) pairs that must not meet even though the floors allow it: the generator
+gets tool sessions through the run's EnvContext (envs/context.py), never from the sandbox."""
+
+
+def test_the_generator_never_reaches_the_sandbox_itself():
+    found = sorted(f"{m} imports {dep}" for m, deps in GRAPH.items() for dep in deps
+                   if (m.split(".")[1:2] + dep.split(".")[1:2]) in map(list, FORBIDDEN))
+    assert found == [], "\n".join(found)
+
+
 def test_the_rule_is_checked_on_every_part():
     for part in FLOORS:
         assert any(floor_of(m) == FLOORS[part] for m in MODULES), part
