@@ -58,6 +58,8 @@ class Record:
     tool_calls: int | None = None
     tool_errors: int | None = None
     """Tool calls whose status was not `ok` (raised or timed out)."""
+    credit: float | None = None
+    """A graded verdict's credit in [0, 1] (`Score.reward`); None: all-or-nothing."""
 
     @property
     def correct(self) -> bool:
@@ -67,7 +69,8 @@ class Record:
 def record_from_rollout(r: Rollout) -> Record:
     return Record(r.task, r.sample_id, r.score.status, r.finish_reason, len(r.token_ids),
                   r.thinking_tokens, r.answer_tokens, r.interrupted,
-                  *_turn_counts([t.to_dict() for t in r.turns] or None, list(r.tool_calls)))
+                  *_turn_counts([t.to_dict() for t in r.turns] or None, list(r.tool_calls)),
+                  credit=r.score.reward)
 
 
 def _turn_counts(turns: Any, calls: Any) -> tuple[int | None, int | None, int | None]:
@@ -119,7 +122,17 @@ def record_from_row(row: Mapping[str, Any]) -> Record:
     return Record(task, str(sample_id), status, finish,
                   len(token_ids) if token_ids is not None else None,
                   _opt_int(row, "thinking_tokens"), _opt_int(row, "answer_tokens"), interrupted,
-                  *_turn_counts(row.get("turns"), row.get("tool_calls")))
+                  *_turn_counts(row.get("turns"), row.get("tool_calls")),
+                  credit=_credit(row))
+
+
+def _credit(row: Mapping[str, Any]) -> float | None:
+    value = row.get("credit")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise RowError(f"field 'credit' must be a number in [0, 1], got {value!r}")
+    return float(value)
 
 
 def to_records(items: Iterable[Rollout | Mapping[str, Any] | Record]) -> list[Record]:
@@ -166,6 +179,9 @@ class TaskResult:
     tool_calls_mean: float | None = None
     tool_error_frac: float | None = None
     """Tool calls that raised or timed out, over all tool calls (None: no tool call)."""
+    credit_mean: float | None = None
+    """Mean graded credit over the rollouts with one (`error` verdicts have none); None when the
+    task's verdicts are all-or-nothing."""
 
     @property
     def mean_key(self) -> str:
@@ -185,6 +201,8 @@ class TaskResult:
         if self.turns_mean is not None:
             d.update(turns_mean=self.turns_mean, tool_calls_mean=self.tool_calls_mean,
                      tool_error_frac=self.tool_error_frac)
+        if self.credit_mean is not None:
+            d["credit_mean"] = self.credit_mean
         if self.notes:
             d["notes"] = list(self.notes)
         return d
@@ -195,7 +213,7 @@ class TaskResult:
                                                        "interrupted_frac", "error_frac",
                                                        "timeout_frac", "mean_length",
                                                        "turns_mean", "tool_calls_mean",
-                                                       "tool_error_frac"]
+                                                       "tool_error_frac", "credit_mean"]
         d = self.to_dict()
         return {f"{prefix}/{k}": float(d[k]) for k in keys if d.get(k) is not None}
 
@@ -269,7 +287,13 @@ def summarize(name: str, records: Sequence[Record], ks: Sequence[int]) -> TaskRe
         mean_thinking_tokens=_mean_or_none([r.thinking_tokens for r in records]),
         mean_answer_tokens=_mean_or_none([r.answer_tokens for r in records]),
         notes=tuple(notes), truncated=_count(records, truncated_frac),
-        interrupted=_count(records, interrupted_frac), **_turn_figures(records))
+        interrupted=_count(records, interrupted_frac), **_turn_figures(records),
+        credit_mean=_credit_mean(records))
+
+
+def _credit_mean(records: Sequence[Record]) -> float | None:
+    credits = [r.credit for r in records if r.credit is not None]
+    return float(np.mean(credits)) if credits else None
 
 
 def _turn_figures(records: Sequence[Record]) -> dict[str, float | None]:

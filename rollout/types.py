@@ -130,5 +130,6 @@ class Rollout:
             "status": self.score.status, "detail": self.score.detail,
             "score_latency_s": self.score.latency_s,
             "timings": self.timings,
-        } | ({"turns": [t.to_dict() for t in self.turns], "tool_calls": list(self.tool_calls),
-              "ended": self.meta.get("ended")} if self.turns else {})
+        } | ({"credit": self.score.reward} if self.score.reward is not None else {}) | (
+            {"turns": [t.to_dict() for t in self.turns], "tool_calls": list(self.tool_calls),
+             "ended": self.meta.get("ended")} if self.turns else {})

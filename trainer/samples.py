@@ -2,7 +2,7 @@
 
 `sample_rows` picks `per_task` rollouts of each task from a step's groups (one per prompt before a
 second of any, in the step's order) and gives each its prompt and completion text, verdict,
-reward (the one trainer/rewards.py assigned it, None for an `error` verdict or a dropped
+graded credit (None: all-or-nothing), reward (the one trainer/rewards.py assigned it, None for an `error` verdict or a dropped
 truncation), finish reason, thinking/answer tokens, policy version and lag. `write_samples` puts
 them in `<run-dir>/samples/step_NNNNNN.jsonl`, one file per step, so a step's samples are never
 overwritten by a later step's. Sending them to the trackers is trainer/metrics.py's.
@@ -20,8 +20,8 @@ from scalerl.rollout.buffer import rollout_lag
 from scalerl.rollout.types import Rollout
 from scalerl.trainer.filters import Group
 
-COLUMNS = ("step", "task", "sample_id", "group", "prompt", "completion", "status", "reward",
-           "finish_reason", "thinking_tokens", "answer_tokens", "policy_version", "lag")
+COLUMNS = ("step", "task", "sample_id", "group", "prompt", "completion", "status", "credit",
+           "reward", "finish_reason", "thinking_tokens", "answer_tokens", "policy_version", "lag")
 """The columns of a samples table, in order."""
 FOLDER = "samples"
 
@@ -51,7 +51,8 @@ def sample_rows(groups: Sequence[Group], rewarded: Sequence[Group], *, step: int
     rewards = {(r.task, r.sample_id, r.group): r.reward for g in rewarded for r in g}
     return [{"step": step, "task": r.task, "sample_id": r.sample_id, "group": r.group,
              "prompt": decode(r.prompt_token_ids), "completion": r.completion,
-             "status": r.score.status, "reward": rewards.get((r.task, r.sample_id, r.group)),
+             "status": r.score.status, "credit": r.score.reward,
+             "reward": rewards.get((r.task, r.sample_id, r.group)),
              "finish_reason": r.finish_reason, "thinking_tokens": r.thinking_tokens,
              "answer_tokens": r.answer_tokens,
              "policy_version": r.min_version if r.versions else None,

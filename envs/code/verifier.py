@@ -169,21 +169,24 @@ def _missing(res: ExecResult) -> tuple[str, str]:
     return "wrong", f"no result: the program ended ({res.status}, {how}): {tail}"
 
 
-def verdict(results: list[TestResult], latency_s: float) -> Score:
+def verdict(results: list[TestResult], latency_s: float, partial_credit: bool = False) -> Score:
     """`correct` only when every test passed; `error` when a test itself is broken; `timeout` when
-    only deadlines failed; else wrong."""
+    only deadlines failed; else wrong. With `partial_credit`, the verdict is graded: its credit
+    (`Score.reward`) is the fraction of tests passed (an `error` has none: never trained)."""
     failed = [r for r in results if not r.passed]
     n = len(results)
+    credit = (n - len(failed)) / n if partial_credit and n else None
     if not failed:
-        return Score("correct", f"{n}/{n} tests passed", latency_s)
+        return Score("correct", f"{n}/{n} tests passed", latency_s, reward=credit)
     if any(r.kind == "error" for r in failed):
         failed = [r for r in failed if r.kind == "error"]
-        status = "error"
+        status, credit = "error", None
     else:
         status = "timeout" if all(r.kind == "timeout" for r in failed) else "wrong"
     first = failed[0]
-    detail = f"{n - len(failed)}/{n} tests passed; test {first.index}: {first.detail}"
-    return Score(status, truncate(detail, 500), latency_s)
+    detail = f"{n - len([r for r in results if not r.passed])}/{n} tests passed; test " \
+             f"{first.index}: {first.detail}"
+    return Score(status, truncate(detail, 500), latency_s, reward=credit)
 
 
 def score_code(
@@ -197,6 +200,7 @@ def score_code(
     float_tol: float = 1e-6,
     test_timeout_s: float = DEFAULT_TEST_TIMEOUT_S,
     compare: str = "tokens",
+    partial_credit: bool = False,
 ) -> Score:
     """Verdict on one completion against its tests, from one sandbox run. Never raises.
 
@@ -206,12 +210,14 @@ def score_code(
     names the first failing test and why. The program runs in the backend `sandbox` names (the
     run's settings); `limits` overrides the whole run's limits (default: `default_limits`);
     `test_timeout_s` is each test's deadline; `compare` names the comparison rule (a test JSON's
-    own `"compare"` wins).
+    own `"compare"` wins); `partial_credit` grades the verdict by the fraction of tests passed
+    (`Score.reward`; no code: credit 0).
     """
     start = time.monotonic()
     code = extract_code(completion, requires_thinking)
     if code is None:
-        return Score("no_answer", "no code found in the completion")
+        return Score("no_answer", "no code found in the completion",
+                     reward=0.0 if partial_credit else None)
     try:
         run = run_tests(code, tests, sandbox=sandbox, limits=limits, float_outputs=float_outputs,
                         float_tol=float_tol, test_timeout_s=test_timeout_s, compare=compare)
@@ -219,7 +225,7 @@ def score_code(
         return Score("error", f"tests: {e}")
     except SandboxFailure as e:  # a broken sandbox is the verifier's failure: `error`, never wrong
         return Score("error", truncate(str(e)), time.monotonic() - start)
-    return verdict(list(run.results), time.monotonic() - start)
+    return verdict(list(run.results), time.monotonic() - start, partial_credit)
 
 
 class SandboxFailure(RuntimeError):
@@ -294,9 +300,10 @@ def _harness_source(path: Path) -> bytes:
 
 
 CODE_OPTIONS: tuple[str, ...] = ("requires_thinking", "limits", "float_outputs", "float_tol",
-                                 "test_timeout_s", "compare")
-"""Options a task of the `code` kind may set (task spec `options:`). The sandbox backend is the
-run's `sandbox.backend`, never a task's."""
+                                 "test_timeout_s", "compare", "partial_credit")
+"""Options a task of the `code` kind may set (task spec `options:`; `partial_credit: true` grades
+each verdict by the fraction of tests passed). The sandbox backend is the run's
+`sandbox.backend`, never a task's."""
 
 
 def _score_sample(sample: Any, completion: str, options: Mapping[str, Any],

@@ -38,9 +38,10 @@ def _pass1(d: dict[str, Any]) -> str:
     return f"{mean:.3f} ± {se:.3f}" if se is not None else f"{mean:.3f}"
 
 
-TURN_COLUMNS = {"turns_mean": "turns", "tool_calls_mean": "tool calls",
-                "tool_error_frac": "tool errors"}
-"""Multi-turn figures (rollout/heldout.py), shown only when some task in the table has them."""
+TURN_COLUMNS = {"credit_mean": "mean credit", "turns_mean": "turns",
+                "tool_calls_mean": "tool calls", "tool_error_frac": "tool errors"}
+"""Graded and multi-turn figures (rollout/heldout.py), shown only when some task in the table
+has them: the mean credit of graded verdicts beside pass@k, then turns and tool calls."""
 
 
 def task_table(report: dict[str, Any], ks: Sequence[int]) -> list[str]:
