@@ -39,15 +39,16 @@ TASK = "arith_episode_test"
 class LineFormat:
     """The test's tool format: after a turn, `\\nT:<observation>\\nA:` (then the next turn)."""
 
-    name = "line"
+    name, tool_names = "line", None
 
     def __init__(self, stop: tuple[str, ...] = ()) -> None:
         self.stop = stop
 
-    def tools(self):
+    def template_tools(self, schemas):
         return None
 
-    def delta_text(self, tokenizer, messages, last_turn_text, template_kwargs=None) -> str:
+    def delta_text(self, tokenizer, messages, last_turn_text, template_kwargs=None,
+                   tools=()) -> str:
         return "".join(f"\nT:{m['content']}" for m in messages) + "\nA:"
 
 
@@ -86,7 +87,7 @@ class FixedEnv(Environment):
             return Reply(done=True)
         status = "ok" if state["n"] % 2 else "error"
         return Reply(done=False, messages=({"role": "tool", "content": self.obs},),
-                     calls=(ToolCall("python", f"print({state['n']})"),),
+                     calls=(ToolCall("python", {"code": f"print({state['n']})"}),),
                      outcomes=(ToolOutcome(status, self.obs, 0.01 * state["n"]),))
 
     def close(self, state) -> None:
@@ -182,8 +183,9 @@ def test_turns_are_token_exact_masked_and_agree_with_the_trainer(engine, play,
         assert r.score.status in ("correct", "wrong", "no_answer")
         if r.meta["ended"] == "done":
             assert r.meta["turns"] == 3 and r.finish_reason in ("stop", "interrupted")
-            assert [(c["turn"], c["status"], c["code"]) for c in r.tool_calls] == [
-                (0, "ok", "print(1)"), (2, "error", "print(2)")]
+            assert [(c["turn"], c["status"], c["name"], c["arguments"]) for c in r.tool_calls] \
+                == [(0, "ok", "python", {"code": "print(1)"}),
+                    (2, "error", "python", {"code": "print(2)"})]
         # every request was token-in: the prompt, then prompt + every token before the request
         starts = [t.start for t in r.turns if t.role == "assistant"]
         for s in starts:
