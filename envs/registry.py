@@ -48,6 +48,8 @@ def register_task_prefix(prefix: str, *, description: str = "") -> Callable:
     """Decorator: register a factory for every name `prefix:<rest>`, called as factory(rest)."""
 
     def deco(factory: PrefixFactory) -> PrefixFactory:
+        if prefix in _PREFIXES and _PREFIXES[prefix] is not factory:
+            raise ValueError(f"task prefix {prefix!r} is already registered")
         _PREFIXES[prefix] = factory
         _PREFIX_HELP[prefix] = description or (factory.__doc__ or "").strip().split("\n")[0]
         return factory

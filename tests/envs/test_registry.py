@@ -2,6 +2,7 @@
 (docs/tasks.md, README.md's tour) write them, and bad names."""
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -271,3 +272,28 @@ def test_without_the_plugin_the_task_is_unknown():
     out = _run(["tasks", "show", "capitals"])
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.startswith("scalerl tasks: unknown task 'capitals'; known tasks: aime24, ")
+
+
+def test_every_registry_refuses_a_taken_name_with_the_same_message():
+    """One rule (sandbox/registry.py): kinds, environments, tool formats, adapters, sandbox
+    backends, losses, trackers, task prefixes; a spec file re-read replaces its own tasks."""
+    from scalerl.envs import kinds
+    from scalerl.envs.adapters.base import ADAPTERS
+    from scalerl.envs.environment import ENVIRONMENTS
+    from scalerl.envs.tool_format import PlainFormat, register_tool_format
+    from scalerl.sandbox.base import BACKENDS
+    from scalerl.trainer.losses import LOSSES
+    from scalerl.trainer.trackers import TRACKERS
+
+    cases = [(lambda: kinds.register_kind(kinds.lookup_kind("math")), "task kind 'math'"),
+             (lambda: ENVIRONMENTS.add("python", object), "environment 'python'"),
+             (lambda: register_tool_format(PlainFormat()), "tool format 'plain'"),
+             (lambda: ADAPTERS.add("class", object), "environment adapter 'class'"),
+             (lambda: BACKENDS.add("bwrap", object), "sandbox backend 'bwrap'"),
+             (lambda: LOSSES.add("cispo", object), "loss 'cispo'"),
+             (lambda: TRACKERS.add("tensorboard", object), "tracker 'tensorboard'"),
+             (lambda: registry.register_task_prefix("arith")(lambda rest: None),
+              "task prefix 'arith'")]
+    for register, what in cases:
+        with pytest.raises(ValueError, match=f"^{re.escape(what)} is already registered$"):
+            register()
