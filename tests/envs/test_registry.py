@@ -2,8 +2,8 @@
 (docs/tasks.md, README.md's tour) write them, and bad names."""
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
