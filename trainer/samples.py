@@ -4,9 +4,9 @@
 second of any, in the step's order) and gives each its prompt and completion text, verdict,
 graded credit (None: all-or-nothing), reward (the one trainer/rewards.py assigned it, None for
 an `error` verdict or a dropped truncation), finish reason, thinking/answer tokens, policy
-version and lag. `write_samples` puts them in `<run-dir>/samples/step_NNNNNN.jsonl`, one file per step, so a step's samples are never
-overwritten by a later step's. Sending them to the trackers is trainer/metrics.py's.
-"""
+version and lag. `write_samples` puts them in `<run-dir>/samples/step_NNNNNN.jsonl`, one file
+per step, so a step's samples are never overwritten by a later step's. Sending them to the
+trackers is trainer/metrics.py's."""
 
 from __future__ import annotations
 
