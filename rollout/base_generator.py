@@ -19,7 +19,8 @@ call; the grading settings) is handed in by the caller, built once per run (envs
 `run_context`), or built from the scorer's grading at the first such rollout; its prompts are
 rendered with the environment's tool schemas when the format shows them. Such a prompt is
 refused unsent only when its first turn cannot fit `max_model_len` (later turns that would not
-fit end the episode, `truncated`).
+fit end the episode, `truncated`). An environment that is `played_elsewhere` (a verifiers
+taskset's) gets the whole episode instead, on the servers' generator (rollout/external.py).
 
 Priorities: every sampling request carries a vLLM priority (lower = scheduled earlier; the engine
 runs vLLM's `priority` scheduling policy, ties go to the earlier arrival). A call's `priority`
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from scalerl.envs.base import Sample, Score
 from scalerl.envs.environment import EnvContext, Environment
 from scalerl.rollout import episode as E
+from scalerl.rollout import external as X
 from scalerl.rollout import turn as T
 from scalerl.rollout.engine_config import process_tree_rss_mb
 from scalerl.rollout.scorer import Scorer
@@ -251,6 +253,9 @@ class BaseGenerator:
                        top_p: float = 1.0, priority: int = 0) -> Rollout:
         sampling = T.Sampling(temperature, top_p, priority)
         env = self._environment(sample)
+        if getattr(env, "played_elsewhere", False):  # its own harness plays it whole
+            return await X.external_rollout(self, sample, group, prompt, budget, sampling, seed,
+                                            score, env)
         if env is not None:
             context = self.env_context()
             return await E.run_episode(E.Episode(

@@ -1,8 +1,9 @@
 """Environments written for other harnesses, played as scalerl environments.
 
 A task spec's `environment:` mapping names one adapter by its key and gives its options:
-`{class: package.module:Class}` (a TRL-style environment class, envs/adapters/trl.py) or
-`{openenv: URL}` (an OpenEnv environment server, envs/adapters/openenv.py), with the common
+`{class: package.module:Class}` (a TRL-style environment class, envs/adapters/trl.py),
+`{openenv: URL}` (an OpenEnv environment server, envs/adapters/openenv.py) or `{verifiers:
+TASKSET}` (a verifiers taskset, played out of process: envs/adapters/verifiers.py), with the common
 limits (`max_turns`, `max_observation_chars`) and the adapter's own options beside it.
 `ADAPTERS` (envs/adapters/base.py) maps each key to the function that builds the environment,
 registered by the adapter modules this package imports; `from_spec` checks the
@@ -17,6 +18,7 @@ from typing import Any
 
 from scalerl.envs.adapters import openenv as _openenv  # noqa: F401 - registers `openenv`
 from scalerl.envs.adapters import trl as _trl  # noqa: F401 - registers `class`
+from scalerl.envs.adapters import verifiers as _verifiers  # noqa: F401 - registers `verifiers`
 from scalerl.envs.adapters.base import ADAPTERS
 from scalerl.envs.environment import Environment
 
