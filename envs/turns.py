@@ -18,6 +18,7 @@ ran out while the environment waited for more). Budgets and tokens are the calle
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +83,9 @@ class Play:
         self.env, self.sample, self.context = env, sample, context
         self.state: Any = None
         self.started = self.closed = False
+        self._lock = threading.Lock()
+        """Orders `start` against `close`: a rollout cancelled while its start runs on a thread
+        closes the state the start returns, once it returns."""
 
     def _guard(self, what: str, fn, *args):
         try:
@@ -90,9 +94,15 @@ class Play:
             raise env_failure(self.env, what, exc) from exc
 
     def start(self) -> tuple[Message, ...]:
-        """Start the episode; the environment's opening messages (EnvFailed on failure)."""
-        self.state = self._guard("start", self.env.start, self.sample, self.context)
-        self.started = True
+        """Start the episode; the environment's opening messages (EnvFailed on failure, or when
+        the episode was closed while it started: its state is then closed at once)."""
+        state = self._guard("start", self.env.start, self.sample, self.context)
+        with self._lock:
+            self.state, self.started, closed = state, True, self.closed
+        if closed:
+            self.env.close(state)
+            raise EnvFailed("env_error", Score("error", "the rollout ended while its "
+                                                        "environment was starting"))
         opening = self._guard("opening", self.env.opening, self.state)
         return tuple(opening or ())
 
@@ -132,9 +142,12 @@ class Play:
         return verdict
 
     def close(self) -> None:
-        """Release the state (once; nothing when start failed). Raises what close raises."""
-        if self.started and not self.closed:
+        """Release the state (once; nothing when start failed; a start still running closes
+        its state when it returns). Raises what close raises."""
+        with self._lock:
+            run = self.started and not self.closed
             self.closed = True
+        if run:
             self.env.close(self.state)
 
 

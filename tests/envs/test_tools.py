@@ -189,8 +189,9 @@ def test_spec_tools_mix_built_ins_and_import_paths():
 
 
 @pytest.mark.parametrize(("environment", "says"), [
-    ({"class": "user_tools:Game", "openenv": "http://x"}, "exactly one of class, openenv"),
-    ({"gym": "x"}, "exactly one of class, openenv; got keys gym"),
+    ({"class": "user_tools:Game", "openenv": "http://x"}, "exactly one of class, openenv, "
+                                                          "verifiers"),
+    ({"gym": "x"}, "exactly one of class, openenv, verifiers; got keys gym"),
     ({"class": "user_tools:Nope"}, "environment class 'user_tools:Nope': cannot import it"),
     ({"class": "user_tools:Scored", "reward_range": [1, 0]}, "reward_range must be finite with "
                                                              "lo < hi"),
