@@ -2,7 +2,8 @@
 
 Two CPU-bound processes load both cores (as CI's neighbours did when `test_errors` ended on
 multiprocessing's resource_tracker report) while a real `scalerl train` stops on verifier errors
-(exit 4) and a real `scalerl generate` runs to its end. Each must end on scalerl's own line on
+(exit 4) and two real `scalerl generate`s, started together (two engines on one machine: both
+must start, issue 37), run to their end. Each must end on scalerl's own line on
 stderr, with no resource_tracker report and no nanobind leak dump anywhere (stderr, the engine
 log), and leave no shared memory or semaphore of its own behind in /dev/shm. Before the fix the
 engine core was SIGKILLed at every close (vLLM's 5 s grace; the worker alone took 4-5 s), so its
@@ -79,15 +80,20 @@ def test_a_stopped_train_and_a_generate_end_on_their_own_line_under_load(
     assert_own_last_line(stopped, "scalerl train: stopped at step 1: verifier errors on 100%",
                          run_dir / "engine.log")
 
-    out = tmp_path / "rollouts.jsonl"
-    generated = scalerl(["generate", "--model", model, "--task", "arith", "--limit", "4",
-                         "--out", str(out)], env)
-    assert generated.returncode == 0, generated.stderr[-3000:]
-    assert len(out.read_text().splitlines()) == 4
-    log = tmp_path / "rollouts.engine.log"
-    assert_own_last_line(generated, f"scalerl generate: done; the vLLM engine's own output is "
-                                    f"in {log}", log)
-    assert "Initializing a V1 LLM engine" in log.read_text()  # the engine wrote there
+    # two engines started together on this machine (issue 37): both start, both end cleanly
+    procs = [subprocess.Popen([sys.executable, "-m", "scalerl", "generate", "--model", model,
+                               "--task", "arith", "--limit", "4", "--out",
+                               str(tmp_path / f"rollouts{i}.jsonl")], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in (1, 2)]
+    for i, p in enumerate(procs, start=1):
+        stdout, stderr = p.communicate(timeout=1200)
+        generated = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
+        assert generated.returncode == 0, generated.stderr[-3000:]
+        assert len((tmp_path / f"rollouts{i}.jsonl").read_text().splitlines()) == 4
+        log = tmp_path / f"rollouts{i}.engine.log"
+        assert_own_last_line(generated, f"scalerl generate: done; the vLLM engine's own output "
+                                        f"is in {log}", log)
+        assert "Initializing a V1 LLM engine" in log.read_text()  # the engine wrote there
     assert shm_names() <= before, f"left in /dev/shm: {sorted(shm_names() - before)}"
 
 
