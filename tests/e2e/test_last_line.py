@@ -44,6 +44,25 @@ def shm_names() -> set[str]:
     return {n for n in os.listdir("/dev/shm") if n.startswith(("psm_", "sem.mp-"))}
 
 
+def mapped_shm() -> set[str]:
+    """The /dev/shm entries some live process has mapped (another run's engine, still in use)."""
+    names = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:  # gone, or not ours to read
+            continue
+        names |= {line.rsplit("/dev/shm/", 1)[1].strip() for line in maps.splitlines()
+                  if "/dev/shm/" in line}
+    return names
+
+
+def leaked_shm(before: set[str]) -> list[str]:
+    """Entries that appeared since `before` and that no live process maps: left behind by a
+    process that died (what the resource tracker would report), not another run's live ones."""
+    return sorted(shm_names() - before - mapped_shm())
+
+
 def scalerl(args: list[str], env: dict) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "scalerl", *args], capture_output=True,
                           text=True, timeout=1200, env=env)
@@ -94,7 +113,7 @@ def test_a_stopped_train_and_a_generate_end_on_their_own_line_under_load(
         assert_own_last_line(generated, f"scalerl generate: done; the vLLM engine's own output "
                                         f"is in {log}", log)
         assert "Initializing a V1 LLM engine" in log.read_text()  # the engine wrote there
-    assert shm_names() <= before, f"left in /dev/shm: {sorted(shm_names() - before)}"
+    assert not leaked_shm(before), f"left in /dev/shm: {leaked_shm(before)}"
 
 
 def vllm_orphans() -> list[int]:
@@ -124,4 +143,4 @@ def test_an_engine_start_past_its_timeout_is_a_stop_with_one_line(tmp_path, tiny
     assert "Traceback" not in proc.stderr
     assert not (run_dir / "checkpoints").exists()  # no step ran: nothing to checkpoint
     assert set(vllm_orphans()) <= orphans
-    assert shm_names() <= before, f"left in /dev/shm: {sorted(shm_names() - before)}"
+    assert not leaked_shm(before), f"left in /dev/shm: {leaked_shm(before)}"
