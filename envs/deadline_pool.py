@@ -4,6 +4,9 @@ Each worker is a daemon process with its own pipe; the caller's thread waits on 
 a call passes its deadline, SIGKILLs that worker and starts a replacement, so a stuck sympy call
 costs one timeout, never a hung run. A worker that dies mid-call yields an `error` outcome. The
 pool is thread-safe, starts workers lazily and reuses them. It knows nothing about math.
+
+Workers start from this module, never from the caller's `__main__` (envs/caller_main.py says
+why), so `fn` and `initializer` must live in an importable module, not in the caller's script.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from multiprocessing.connection import wait
 from typing import Any, Literal
 
 from scalerl.envs.base import truncate
+from scalerl.envs.caller_main import no_caller_main
 
 START_TIMEOUT_S = 120.0
 """How long a new worker may take to import its modules and say it is ready."""
@@ -65,6 +69,11 @@ def _worker_main(conn, initializer: Callable[[], None] | None, memory_bytes: int
             msg = conn.recv()
         except (EOFError, OSError):
             return
+        except Exception as exc:  # noqa: BLE001 - e.g. a function of the caller's __main__
+            conn.send(("error", f"the call could not be loaded in the worker ({type(exc).__name__}"
+                       f": {truncate(str(exc), 200)}); pool functions must be importable from a "
+                       "module, not defined in the caller's __main__"))
+            continue
         if msg is None:
             return
         fn, args = msg
@@ -94,7 +103,8 @@ class _Worker:
             target=_worker_main, args=(child, initializer, memory_bytes), daemon=True,
             name="scalerl-pool-worker",
         )
-        self.proc.start()
+        with no_caller_main(this_thread=True):  # workers start from this module
+            self.proc.start()
         child.close()
 
     def wait_ready(self, timeout_s: float) -> None:
@@ -126,8 +136,9 @@ class _Worker:
 class Pool:
     """Worker processes that run `fn(*args)` under a hard wall-clock deadline per call.
 
-    `fn` must be importable by reference (a module-level function). `initializer` runs once per
-    worker; `preload` names modules the forkserver imports once so new workers start warm.
+    `fn` must be importable by reference (a module-level function of a module, not of the
+    caller's `__main__`, which workers never run). `initializer` runs once per worker;
+    `preload` names modules the forkserver imports once so new workers start warm.
     """
 
     def __init__(

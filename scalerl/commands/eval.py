@@ -10,7 +10,8 @@ scalerl/evaluation/prompts.py); the benchmarks' problems are checked against the
 training tasks (the run's, or `--train-tasks`) for contamination
 (scalerl/evaluation/contamination.py). The estimators are
 `scalerl.rollout.heldout`'s (shared with the trainer's validation); the files are
-`scalerl.evaluation.report`'s. This module parses arguments and prints.
+`scalerl.evaluation.report`'s. `evaluate(args)` does the work (what `run` and
+`scalerl.api.evaluate` call); `run` parses arguments and prints.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from scalerl.commands import CommandError
 from scalerl.commands.engine_args import (
     EngineStartError,
     add_budget_args,
@@ -133,18 +135,6 @@ def print_report(report: dict, ks: tuple[int, ...]) -> None:
                     for n in d.get("notes", [])})
     for n in notes:
         print(f"note: {n}")
-
-
-def run_rollouts(args, ks) -> int:
-    from scalerl.evaluation.report import read_rollout_records
-    from scalerl.rollout.heldout import aggregate
-
-    report = aggregate(read_rollout_records(args.rollouts), ks).to_dict()
-    if args.json:
-        print(json.dumps(report))
-    else:
-        print_report(report, ks)
-    return 0
 
 
 def run_dir_of(paths: list[str]) -> Path | None:
@@ -289,23 +279,65 @@ def contamination_of(plan: Plan) -> dict | None:
             "benchmarks": report(benchmarks, train)}
 
 
-def print_contamination(found: dict | None) -> None:
-    from scalerl.evaluation.contamination import NGRAM
+@dataclass(frozen=True)
+class Evaluated:
+    """What one `scalerl eval` computed (printed by `run`, returned by `scalerl.api.evaluate`)."""
 
-    if found is None:
-        print("contamination: not checked (no training tasks; give --train-tasks NAMES)")
-        return
-    for line in found["skipped"]:
-        print(f"contamination: not checked against {line}")
-    for name, row in found["benchmarks"].items():
-        print(f"contamination: {name}: {row['contaminated']} of {row['problems']} problems in "
-              f"{', '.join(found['train_tasks'])} ({row['exact']} same prompt, "
-              f"{row[f'ngram{NGRAM}']} sharing a {NGRAM}-word run)")
+    ks: tuple[int, ...]
+    results: dict
+    """results.json's content (--model), or the aggregated report's dict (--rollouts)."""
+    reports: tuple = ()
+    """(ModelRef, EvalReport) per model evaluated, in order (--rollouts: the file's, one)."""
+    plan: Plan | None = None
+    """The --model evaluation's settings, tasks and engine (None for --rollouts)."""
+    contamination: dict | None = None
+    data: dict = field(default_factory=dict)
 
 
-def run_models(args, plan: Plan) -> int:
+def evaluate(args: argparse.Namespace) -> Evaluated:
+    """The evaluation `args` asks for (--rollouts, or --model: generated, written to --out,
+    tracked with --log-with); CommandError with the line (and exit status) `run` prints."""
+    from scalerl.coerce import ConfigError
+    from scalerl.envs.data import DataError
+    from scalerl.envs.preflight import PREFLIGHT_EXIT, PreflightError
+    from scalerl.envs.registry import UnknownTaskError
+    from scalerl.evaluation.report import EvalInputError
+
+    try:
+        ks = parse_ks(args.k) if args.k else None
+        if args.log_with:
+            from scalerl.evaluation.tracking import tracker_names
+
+            tracker_names(args.log_with)  # a bad name fails before anything runs
+            if args.rollouts:
+                raise ValueError("--log-with goes with --model (checkpoints evaluated here)")
+        if args.rollouts:
+            return aggregated(args.rollouts, ks or (1, 4, 8))
+        plan = prepare(args, ks)
+    except PreflightError as exc:
+        raise CommandError(exc.lines("eval"), PREFLIGHT_EXIT) from None
+    except (EvalInputError, UnknownTaskError, ConfigError, ValueError) as exc:
+        raise CommandError(f"scalerl eval: {exc}") from None
+    try:
+        return evaluate_models(args, plan)
+    except DataError as exc:  # a benchmark's rows could not be read (the hub, a bad copy)
+        raise CommandError(f"scalerl eval: {exc}") from None
+
+
+def aggregated(path: str, ks: tuple[int, ...]) -> Evaluated:
+    """The figures of the scored rollouts in `path` (no model)."""
+    from scalerl.evaluation.report import ModelRef, read_rollout_records
+    from scalerl.rollout.heldout import aggregate
+
+    report = aggregate(read_rollout_records(path), ks)
+    return Evaluated(ks, report.to_dict(), ((ModelRef(str(path), None, Path(path).name),
+                                             report),))
+
+
+def evaluate_models(args: argparse.Namespace, plan: Plan) -> Evaluated:
+    """Generate what the cache lacks, write the report files, send them to the trackers."""
     from scalerl.ending import close_pools
-    from scalerl.evaluation.report import data_lines, run_eval, task_data
+    from scalerl.evaluation.report import run_eval, task_data
     from scalerl.rollout.scorer import Scorer
 
     log = None if args.verbose else Path(args.out) / "engine.log"
@@ -316,53 +348,44 @@ def run_models(args, plan: Plan) -> int:
         return start_generator(path, plan.engine, fp32_head=plan.fp32_head,
                                scorer=Scorer(plan.tasks, plan.grading), log=log)
 
+    reports: list = []
     try:
         found = contamination_of(plan)
         data = task_data(plan.tasks, plan.settings.split)
         results = run_eval(plan.models, plan.settings, args.out, make_generator, chunk=args.chunk,
-                           tasks=plan.tasks, contamination=found, data=data)
+                           tasks=plan.tasks, contamination=found, data=data,
+                           on_report=lambda ref, report: reports.append((ref, report)))
     except EngineStartError as exc:
         close_pools()
-        print(f"scalerl eval: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(f"scalerl eval: {exc}") from None
     close_pools()
     if log is not None and log.exists():
         print(f"scalerl eval: the vLLM engine's own output is in {log}", file=sys.stderr)
     if args.log_with:
         track(results, args, plan)
-    if args.json:
-        print(json.dumps(results))
-        return 0
-    s = plan.settings
+    return Evaluated(plan.settings.ks, results, tuple(reports), plan, found, data)
+
+
+def print_models(args: argparse.Namespace, done: Evaluated) -> None:
+    from scalerl.evaluation.contamination import console_lines
+    from scalerl.evaluation.report import data_lines
+
+    s, results = done.plan.settings, done.results
     print(f"protocol {s.protocol} (prompt style {s.prompt}): temperature {s.temperature}, "
-          f"top-p {s.top_p}, n "
-          + ", ".join(f"{t} {s.n_for(t)}" for t in s.tasks))
+          f"top-p {s.top_p}, n " + ", ".join(f"{t} {s.n_for(t)}" for t in s.tasks))
     for e in results["models"]:
         print(f"## {e['label']} ({e['generated_samples']} samples generated, "
               f"{e['cached_samples']} cached)")
         print_report(e, s.ks)
-    print_contamination(found)
-    for line in data_lines(data):
+    for line in [*console_lines(done.contamination), *data_lines(done.data)]:
         print(line)
     print(f"wrote {args.out}/results.json, {args.out}/results.md"
           + (f", {args.out}/results.png" if len(results["models"]) > 1 else ""))
-    return 0
-
-
-def tracker_names(text: str) -> tuple[str, ...]:
-    """`--log-with a,b` -> names, each one of Accelerate's trackers (ValueError otherwise)."""
-    from scalerl.trainer.trackers import TRACKERS
-
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    unknown = [n for n in names if n not in TRACKERS]
-    if unknown or not names:
-        raise ValueError(f"--log-with {text!r}: allowed: {', '.join(TRACKERS.names())}")
-    return names
 
 
 def track(results: dict, args, plan: Plan) -> None:
     """The results to the `--log-with` trackers (one warning per tracker that cannot start)."""
-    from scalerl.evaluation.tracking import eval_run, log_results
+    from scalerl.evaluation.tracking import eval_run, log_results, tracker_names
     from scalerl.training import versions
 
     run = eval_run(args.out, plan.project, plan.run_name)
@@ -370,29 +393,15 @@ def track(results: dict, args, plan: Plan) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scalerl.coerce import ConfigError
-    from scalerl.envs.data import DataError
-    from scalerl.envs.preflight import PREFLIGHT_EXIT, PreflightError
-    from scalerl.envs.registry import UnknownTaskError
-    from scalerl.evaluation.report import EvalInputError
-
     try:
-        ks = parse_ks(args.k) if args.k else None
-        if args.log_with:
-            tracker_names(args.log_with)  # a bad name fails before anything runs
-            if args.rollouts:
-                raise ValueError("--log-with goes with --model (checkpoints evaluated here)")
-        if args.rollouts:
-            return run_rollouts(args, ks or (1, 4, 8))
-        plan = prepare(args, ks)
-    except PreflightError as exc:
-        print(exc.lines("eval"), file=sys.stderr)
-        return PREFLIGHT_EXIT
-    except (EvalInputError, UnknownTaskError, ConfigError, ValueError) as exc:
-        print(f"scalerl eval: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return run_models(args, plan)
-    except DataError as exc:  # a benchmark's rows could not be read (the hub, a bad copy)
-        print(f"scalerl eval: {exc}", file=sys.stderr)
-        return 2
+        done = evaluate(args)
+    except CommandError as exc:
+        print(exc, file=sys.stderr)
+        return exc.exit_code
+    if args.json:
+        print(json.dumps(done.results))
+    elif done.plan is None:
+        print_report(done.results, done.ks)
+    else:
+        print_models(args, done)
+    return 0

@@ -5,8 +5,9 @@ stderr and a summary (pass rate, interrupted/truncated fractions, tokens/s, scor
 engine memory) follows. `--model tiny` uses the cached tiny model (built if missing); `--spec`,
 `--data` and `--revision` are the task flags every command shares (scalerl/local_data.py). The
 engine is `scalerl.rollout.engine.EngineGenerator`, or vLLM servers with `--server URL` (rollout/
-server_generator.py: the same rollouts for the same seeds); this module parses arguments and
-prints.
+server_generator.py: the same rollouts for the same seeds). `generate(args)` does the work (what
+`run` and `scalerl.api.generate` call: without `out` no file is written); `run` parses arguments
+and prints.
 """
 
 from __future__ import annotations
@@ -15,9 +16,14 @@ import argparse
 import collections
 import dataclasses
 import json
+import os
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from scalerl.commands import CommandError
 from scalerl.commands.engine_args import (
     DEFAULT_BUDGET,
     EngineStartError,
@@ -83,23 +89,36 @@ def summarize(rollouts: list, seconds: float) -> dict:
 def write_rollouts(gen, samples: list, *, out_path: str, n: int, budget, temperature: float,
                    seed: int, desc: str = "generate") -> dict:
     """Stream rollouts of `samples` into `out_path` (JSONL, flushed per row); the summary."""
+    return stream_rollouts(gen, samples, out_path=out_path, n=n, budget=budget,
+                           temperature=temperature, seed=seed, desc=desc)[1]
+
+
+def stream_rollouts(gen, samples: list, *, out_path: str | None, n: int, budget,
+                    temperature: float, seed: int, desc: str = "generate") -> tuple[list, dict]:
+    """(the rollouts of `samples`, their summary), each rollout written to `out_path` (JSONL,
+    flushed per row) as it finishes when a path is given."""
     from tqdm import tqdm
 
     rollouts, correct = [], 0
     start = time.perf_counter()
-    with open(out_path, "w") as out, tqdm(total=len(samples) * n, desc=desc, unit="rollout",
-                                          file=sys.stderr) as bar:
-        for r in gen.stream(samples, n=n, budget=budget, temperature=temperature, seed=seed):
-            out.write(dumps(r.to_row()) + "\n")
-            out.flush()
-            rollouts.append(r)
-            correct += r.score.correct
-            bar.update(1)
-            bar.set_postfix(pass_rate=f"{correct / len(rollouts):.2f}")
+    out = open(out_path, "w") if out_path else None  # noqa: SIM115 - closed below
+    try:
+        with tqdm(total=len(samples) * n, desc=desc, unit="rollout", file=sys.stderr) as bar:
+            for r in gen.stream(samples, n=n, budget=budget, temperature=temperature, seed=seed):
+                if out is not None:
+                    out.write(dumps(r.to_row()) + "\n")
+                    out.flush()
+                rollouts.append(r)
+                correct += r.score.correct
+                bar.update(1)
+                bar.set_postfix(pass_rate=f"{correct / len(rollouts):.2f}")
+    finally:
+        if out is not None:
+            out.close()
     summary = summarize(rollouts, time.perf_counter() - start)
     summary["score_latency"] = gen.scorer.latency()
     summary["engine_memory_mb"] = {k: round(v, 1) for k, v in gen.memory().items()}
-    return summary
+    return rollouts, summary
 
 
 def prepare(args: argparse.Namespace):
@@ -125,7 +144,20 @@ def prepare(args: argparse.Namespace):
     return task, samples, budget, model, config
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class Generated:
+    """What one `scalerl generate` made: its rollouts and the summary `--json` prints."""
+
+    rollouts: tuple
+    """The scored Rollouts (rollout/types.py), in the order they finished."""
+    summary: dict[str, Any]
+    log: Path | None
+    """Where the engine's own output went (None: on the terminal, or vLLM servers)."""
+
+
+def generate(args: argparse.Namespace) -> Generated:
+    """Check the settings, start the engine, stream and score the rollouts (into `args.out`
+    when given); CommandError with the line (and exit status) `scalerl generate` prints."""
     from scalerl.ending import close_pools
     from scalerl.envs.preflight import PREFLIGHT_EXIT, PreflightError
     from scalerl.envs.registry import UnknownTaskError
@@ -137,40 +169,58 @@ def run(args: argparse.Namespace) -> int:
         gen = start_generator(model, config, fp32_head=args.fp32_head is not False,
                               scorer=Scorer([task], grading(args)), log=log)
     except PreflightError as exc:
-        print(exc.lines("generate"), file=sys.stderr)
-        return PREFLIGHT_EXIT
+        raise CommandError(exc.lines("generate"), PREFLIGHT_EXIT) from None
     except (ValueError, UnknownTaskError, EngineStartError) as exc:
-        print(f"scalerl generate: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(f"scalerl generate: {exc}") from None
     with gen:
-        summary = write_rollouts(gen, samples, out_path=args.out, n=args.n, budget=budget,
-                                 temperature=args.temperature, seed=args.seed,
-                                 desc=f"generate {args.task}")
+        rollouts, summary = stream_rollouts(
+            gen, samples, out_path=args.out, n=args.n, budget=budget,
+            temperature=args.temperature, seed=args.seed, desc=f"generate {args.task}")
     close_pools()
     summary.update(model=model, task=args.task, split=args.split, out=args.out)
+    return Generated(tuple(rollouts), summary, None if config.servers else log)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        done = generate(args)
+    except CommandError as exc:
+        print(exc, file=sys.stderr)
+        return exc.exit_code
+    summary = done.summary
     if args.json:
         print(json.dumps(summary))
     else:
-        print(f"{summary['rollouts']} rollouts of {args.task}/{args.split} -> {args.out}")
-        print(f"  pass rate {summary['pass_rate']:.3f}  statuses {summary['statuses']}")
-        print(f"  interrupted {summary['interrupted_frac']:.3f}  "
-              f"truncated {summary['truncated_frac']:.3f}")
-        print(f"  {summary['sampled_tokens']} sampled tokens in {summary['seconds']} s = "
-              f"{summary['tokens_per_s']} tokens/s")
-        if "turns_mean" in summary:
-            print(f"  turns {summary['turns_mean']:.2f}  tool calls "
-                  f"{summary['tool_calls_mean']:.2f}  failed calls {summary['tool_error_frac']}")
-        print(f"  engine memory (MiB): {summary['engine_memory_mb']}")
+        print_summary(summary)
     sys.stdout.flush()
-    if log is not None and not config.servers:
-        print(f"scalerl generate: done; the vLLM engine's own output is in {log}",
+    if done.log is not None:
+        print(f"scalerl generate: done; the vLLM engine's own output is in {done.log}",
               file=sys.stderr)
     return 0
 
 
-def engine_log_path(args: argparse.Namespace):
-    """Where an engine started here writes (`<out>` with the suffix `.engine.log`); None with
-    `--verbose` (on the terminal)."""
-    from pathlib import Path
+def print_summary(summary: dict) -> None:
+    print(f"{summary['rollouts']} rollouts of {summary['task']}/{summary['split']} -> "
+          f"{summary['out']}")
+    print(f"  pass rate {summary['pass_rate']:.3f}  statuses {summary['statuses']}")
+    print(f"  interrupted {summary['interrupted_frac']:.3f}  "
+          f"truncated {summary['truncated_frac']:.3f}")
+    print(f"  {summary['sampled_tokens']} sampled tokens in {summary['seconds']} s = "
+          f"{summary['tokens_per_s']} tokens/s")
+    if "turns_mean" in summary:
+        print(f"  turns {summary['turns_mean']:.2f}  tool calls "
+              f"{summary['tool_calls_mean']:.2f}  failed calls {summary['tool_error_frac']}")
+    print(f"  engine memory (MiB): {summary['engine_memory_mb']}")
 
-    return None if args.verbose else Path(args.out).with_suffix(".engine.log")
+
+def engine_log_path(args: argparse.Namespace) -> Path | None:
+    """Where an engine started here writes: `<out>` with the suffix `.engine.log`, or without
+    `out` (the Python API) a file in the temporary directory; None with `--verbose` (on the
+    terminal)."""
+    import tempfile
+
+    if args.verbose:
+        return None
+    if not args.out:
+        return Path(tempfile.gettempdir()) / f"scalerl-generate-{os.getpid()}.engine.log"
+    return Path(args.out).with_suffix(".engine.log")

@@ -9,6 +9,8 @@ really run in the sandbox) and the row gets the observations it gave (`messages`
 and each output row is written and flushed as soon as it and every earlier row are done, so an
 interrupted run keeps what it scored. A malformed row stops the run (after earlier rows are
 written) with exit 2, or is reported and skipped with `--skip-bad`. The summary goes to stderr.
+`score_rows` is the loop without files (each `Verdict` handed to a callback, in input order):
+what `scalerl.api.score` calls.
 """
 
 from __future__ import annotations
@@ -22,15 +24,20 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import IO, Any
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import IO, TYPE_CHECKING, Any
 
+from scalerl.commands import CommandError
 from scalerl.envs.base import STATUSES, Sample, Score, dumps, truncate
 from scalerl.envs.catalog import get_kind, task_names
 from scalerl.envs.grading import DEFAULT_GRADING
 from scalerl.envs.registry import UnknownTaskError
 from scalerl.local_data import Sources, add_task_args, sources_from_args
 from scalerl.trainer.rewards import RewardMap
+
+if TYPE_CHECKING:
+    from scalerl.envs.replay import Replayed
 
 REWARDS = RewardMap()
 """The `reward` column: the trainer's default mapping (ScaleRL: +1 correct, -1 otherwise; a
@@ -49,8 +56,33 @@ class Job:
 
     line: int
     id: Any
-    score: Callable[[], Score | tuple[Score, dict[str, Any]]]
-    """The verdict, or (verdict, extra output fields) for a replayed multi-turn row."""
+    score: Callable[[], Score | tuple[Score, Replayed]]
+    """The verdict, or (verdict, what the replay gave) for a replayed multi-turn row."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One row's verdict, as the output row (`to_row`) says it."""
+
+    id: Any
+    """The row's `id`."""
+    status: str
+    """correct | wrong | no_answer | timeout | error"""
+    reward: float
+    """The trainer's default reward for it (REWARDS)."""
+    detail: str
+    """Why (the verifier's own words)."""
+    latency_s: float
+    credit: float | None = None
+    """A graded verdict's credit in [0, 1]; None for all-or-nothing verdicts."""
+    replay: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """For a `turns` row: `messages`, `tool_calls`, `turns_played`, `ended` (envs/replay.py)."""
+
+    def to_row(self) -> dict[str, Any]:
+        """The output row `scalerl score` writes."""
+        return {"id": self.id, "status": self.status, "reward": self.reward,
+                "detail": self.detail, "latency_s": self.latency_s,
+                } | ({"credit": self.credit} if self.credit is not None else {}) | dict(self.replay)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -143,9 +175,8 @@ class Resolver:
                          'turn tasks (tools, test feedback); give "completion"')
         turns, context = list(row["turns"]), self.context()
 
-        def score() -> tuple[Score, dict[str, Any]]:
-            verdict, replayed = replay(task, sample, turns, context, DEFAULT_GRADING)
-            return verdict, replayed.to_dict()
+        def score() -> tuple[Score, Replayed]:
+            return replay(task, sample, turns, context, DEFAULT_GRADING)
 
         return Job(line, row["id"], score)
 
@@ -170,33 +201,33 @@ def _kind_job(row: Mapping[str, Any], line: int) -> Job:
     return Job(line, row["id"], lambda: kind.score(sample, completion, options, DEFAULT_GRADING))
 
 
-def run_job(job: Job) -> dict[str, Any]:
-    """The output row for one job. A score function that raises is an `error` row, not a 0."""
+def run_job(job: Job) -> Verdict:
+    """The verdict on one job. A score function that raises is an `error`, not a 0."""
     t0 = time.monotonic()
-    extra: dict[str, Any] = {}
+    replayed: Replayed | None = None
     try:
         score = job.score()
         if isinstance(score, tuple):
-            score, extra = score
+            score, replayed = score
     except Exception as exc:  # the verifier's own failure is reported as status `error`
         score = Score("error", truncate(f"{type(exc).__name__}: {exc}"))
-    return {
-        "id": job.id, "status": score.status, "reward": REWARDS(score.status, score.reward),
-        "detail": score.detail, "latency_s": round(time.monotonic() - t0, 6),
-    } | ({"credit": score.reward} if score.reward is not None else {}) | extra
+    extra = MappingProxyType(replayed.to_dict()) if replayed is not None else MappingProxyType({})
+    return Verdict(job.id, score.status, REWARDS(score.status, score.reward), score.detail,
+                   round(time.monotonic() - t0, 6), score.reward, extra)
 
 
 # --- the ordered streaming loop -----------------------------------------------------------------
-def _writer(
-    futures: queue.Queue, out: IO[str], counts: collections.Counter, failed: list[str],
-    stop: threading.Event,
+def _emitter(
+    futures: queue.Queue, emit: Callable[[Verdict], None], counts: collections.Counter,
+    failed: list[str], stop: threading.Event,
 ) -> None:
-    """Write rows in input order, each as soon as it and all earlier ones are done. After a
-    write error it keeps draining (so the reader never blocks) and records the error; after an
-    interruption (`stop`) it writes nothing more."""
+    """Hand verdicts to `emit` in input order, each as soon as it and all earlier ones are done.
+    After an emit error (OSError/ValueError: the output cannot be written) it keeps draining (so
+    the reader never blocks) and records the error; after an interruption (`stop`) it emits
+    nothing more."""
     while (fut := futures.get()) is not None:
         try:
-            row = fut.result()
+            verdict = fut.result()
         except CancelledError:  # the run was interrupted; later rows are not written
             break
         if stop.is_set():
@@ -204,27 +235,44 @@ def _writer(
         if failed:
             continue
         try:
-            out.write(dumps(row) + "\n")
-            out.flush()
+            emit(verdict)
         except (OSError, ValueError) as exc:  # ValueError: the file was closed under us
             failed.append(f"cannot write output: {exc}")
             continue
-        counts[row["status"]] += 1
+        counts[verdict.status] += 1
+
+
+def _write_to(out: IO[str]) -> Callable[[Verdict], None]:
+    def write(verdict: Verdict) -> None:
+        out.write(dumps(verdict.to_row()) + "\n")
+        out.flush()
+
+    return write
 
 
 def score_lines(
     lines: Iterable[str], out: IO[str], err: IO[str], *, workers: int, skip_bad: bool,
     sources: Sources | None = None, tool_format: str = "plain",
 ) -> tuple[collections.Counter, int, str | None]:
-    """(counts by status, rows skipped, the fatal `line N: ...` message or None)."""
+    """(counts by status, rows skipped, the fatal `line N: ...` message or None); each output
+    row written to `out` and flushed as soon as it and every earlier row are done."""
+    return score_rows(lines, _write_to(out), err, workers=workers, skip_bad=skip_bad,
+                      sources=sources, tool_format=tool_format)
+
+
+def score_rows(
+    lines: Iterable[str], emit: Callable[[Verdict], None], err: IO[str], *, workers: int,
+    skip_bad: bool, sources: Sources | None = None, tool_format: str = "plain",
+) -> tuple[collections.Counter, int, str | None]:
+    """`score_lines` with each Verdict handed to `emit` (in input order) instead of written."""
     counts: collections.Counter = collections.Counter()
     futures: queue.Queue[Future | None] = queue.Queue(maxsize=4 * workers)  # backpressure
     failed: list[str] = []
     stop = threading.Event()
-    writer = threading.Thread(
-        target=_writer, args=(futures, out, counts, failed, stop), daemon=True
+    emitter = threading.Thread(
+        target=_emitter, args=(futures, emit, counts, failed, stop), daemon=True
     )
-    writer.start()
+    emitter.start()
     resolver, skipped, fatal = Resolver(sources, tool_format), 0, None
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="score")
     try:
@@ -242,7 +290,7 @@ def score_lines(
                 continue
             futures.put(pool.submit(run_job, job))
         futures.put(None)
-        writer.join()
+        emitter.join()
     except BaseException:  # Ctrl-C: drop queued rows; rows already written stay written
         stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
@@ -260,16 +308,27 @@ def summary(counts: Mapping[str, int], skipped: int, seconds: float) -> str:
     return text + by_status + (f"; skipped {skipped} malformed rows" if skipped else "")
 
 
-def run(args: argparse.Namespace) -> int:
+def check(args: argparse.Namespace) -> Sources:
+    """The settings checked, plugins and `--spec`s loaded, the task sources; CommandError
+    (exit 2) with the line `scalerl score` prints."""
     if args.workers < 1:
-        print(f"scalerl score: --workers must be >= 1, got {args.workers}", file=sys.stderr)
-        return 2
+        raise CommandError(f"scalerl score: --workers must be >= 1, got {args.workers}")
     try:
         task_names()  # built-ins and plugins load here, so a broken plugin is one line
-        sources = sources_from_args(args)
+        return sources_from_args(args)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise CommandError(f"scalerl score: {exc}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        sources = check(args)
         src = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")  # noqa: SIM115
         out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")  # noqa: SIM115
-    except (OSError, ValueError, RuntimeError) as exc:
+    except CommandError as exc:
+        print(exc, file=sys.stderr)
+        return exc.exit_code
+    except (OSError, ValueError) as exc:
         print(f"scalerl score: {exc}", file=sys.stderr)
         return 2
     t0 = time.monotonic()

@@ -6,22 +6,26 @@ runs the preflight (every task's verifier must work here) before any model or en
 `scalerl.training.run_training`. Prints held-out pass@1 per task before and after, a warning per
 task whose held-out error rate passed 5%, the wall time and the peak resident memory of the whole
 process tree. The engine's own output goes to <run-dir>/engine.log unless `--verbose`.
-`--dry-run` sizes the run instead (scalerl/planning/dry_run.py) and starts nothing.
+`--dry-run` sizes the run instead (scalerl/planning/dry_run.py) and starts nothing. `train(args)`
+is the run itself, config to summary.json (what `run` and `scalerl.api.train` call); `run` adds
+the printing, `--print-config` and `--dry-run`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
+from scalerl.commands import CommandError
+from scalerl.commands.train_run import Trained, rank0, train_command
 from scalerl.config import (
     DEFAULT_RECIPE,
     ConfigError,
     RunConfig,
+    config_from_data,
     load_config,
     recipe_names,
     resume_config,
@@ -151,43 +155,86 @@ def _sources(args: argparse.Namespace) -> Sources:
         raise ConfigError(f"scalerl train: {exc}") from None
 
 
-def run(args: argparse.Namespace) -> int:
-    from scalerl.envs.preflight import PREFLIGHT_EXIT, PreflightError
-    from scalerl.training import contamination_warnings, preflight
-
+def configured(args: argparse.Namespace, base: RunConfig | None = None
+               ) -> tuple[RunConfig, Sources, dict, Path]:
+    """(the run's config, `--data`/`--revision` sources outside its mixture, what a resume's
+    `--set` changed, the run dir): `base` (a RunConfig: `scalerl.api.train`), else `--config`,
+    else the run's own config.yaml with `--resume`, with the `--set`s; ConfigError (one line)."""
     changes: dict = {}
     if args.log_with is not None:  # the same as --set log.trackers=[...] (after any --set)
         args.set = [*args.set, f"log.trackers=[{args.log_with}]"]
-    try:
-        run_dir = resolve_run_dir(args)
-        if args.resume:
-            cfg, changes = resumed_config(args, run_dir)
-        else:
-            cfg = load_config(args.config, args.set)
-        cfg, copies = with_sources(cfg, _sources(args), args.resume)
-        if not args.dry_run:  # a dry run sizes the run: its tasks need not be registered here
-            cfg = validate(cfg)
-        _note_unused(cfg, copies)
-    except ConfigError as e:
-        print(str(e), file=sys.stderr)
-        return 2
-    if args.print_config:
+    run_dir = resolve_run_dir(args)
+    if args.resume:
+        if base is not None:
+            raise ConfigError("--resume continues the run with its own config.yaml; a config "
+                              "cannot be given with it")
+        cfg, changes = resumed_config(args, run_dir)
+    elif base is not None:
+        cfg = config_from_data(to_dict(base), args.set)
+    else:
+        cfg = load_config(args.config, args.set)
+    cfg, copies = with_sources(cfg, _sources(args), args.resume)
+    if not args.dry_run:  # a dry run sizes the run: its tasks need not be registered here
+        cfg = validate(cfg)
+    _note_unused(cfg, copies)
+    return cfg, copies, changes, run_dir
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.print_config or args.dry_run:
+        try:
+            cfg = configured(args)[0]
+        except ConfigError as e:
+            print(str(e), file=sys.stderr)
+            return 2
+        if not args.print_config:
+            return dry_run_command(cfg, args)
         import yaml
 
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0
-    if args.dry_run:
-        return dry_run_command(cfg, args)
+    try:
+        done = train(args)
+    except CommandError as exc:
+        print(exc, file=sys.stderr)
+        return exc.exit_code
+    if done is None:
+        return 0
+    print_report(done)
+    if done.summary["stopped"]:
+        print(stopped_line(done), file=sys.stderr)
+        return 4
+    return 0
+
+
+def train(args: argparse.Namespace, base: RunConfig | None = None) -> Trained | None:
+    """The run `args` asks for (on `base`, a RunConfig, when given): config, preflight, then
+    train to summary.json. CommandError with the line (and exit status) `scalerl train` prints
+    for bad input (2), a preflight (3) and generation unavailable (75); a run stopped on
+    verifier errors is returned (`summary["stopped"]`). None on ranks other than 0."""
+    from scalerl.envs.preflight import PREFLIGHT_EXIT, PreflightError
+    from scalerl.training import contamination_warnings, preflight
+
+    try:
+        cfg, copies, changes, run_dir = configured(args, base)
+    except ConfigError as e:
+        raise CommandError(str(e)) from None
     try:
         preflight(cfg)
     except PreflightError as e:
-        print(e.lines("train"), file=sys.stderr)
-        return PREFLIGHT_EXIT
+        raise CommandError(e.lines("train"), PREFLIGHT_EXIT) from None
     for line in contamination_warnings(cfg, copies):
         print(f"scalerl train: {line}", file=sys.stderr)
-    recipe = None if args.resume else (args.config or DEFAULT_RECIPE)
+    recipe = None if args.resume or base is not None else (args.config or DEFAULT_RECIPE)
     return train_command(cfg, run_dir, resume=args.resume, changes=changes,
                          verbose=args.verbose, recipe=recipe)
+
+
+def stopped_line(done: Trained) -> str:
+    """What a run stopped on verifier errors (exit 4) says last."""
+    return (f"scalerl train: stopped at step {done.summary['steps']}: {done.summary['stopped']}; "
+            f"checkpoint written: fix the verifier, then `scalerl train --run-dir {done.run_dir} "
+            "--resume`")
 
 
 def _note_unused(cfg: RunConfig, copies: Sources) -> None:
@@ -209,7 +256,7 @@ def dry_run_command(cfg: RunConfig, args: argparse.Namespace) -> int:
     from scalerl.planning.placement import PlacementError
     from scalerl.planning.throughput import GPUS
 
-    if not _rank0():
+    if not rank0():
         return 0
     for flag in ("gpus", "ranks", "completion_tokens", "prompt_tokens"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
@@ -239,106 +286,21 @@ def dry_run_command(cfg: RunConfig, args: argparse.Namespace) -> int:
     return 0
 
 
-STOPPED = 75
-"""Exit code of a run stopped because generation is unavailable (EX_TEMPFAIL: retry later;
-a checkpoint is written, `--resume` continues)."""
-
-
-def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict | None = None,
-                  verbose: bool = False, recipe: str | None = None) -> int:
-    from scalerl.ending import close_pools
-    from scalerl.engine_log import ENGINE_LOG, hide_progress_bars
-    from scalerl.models import resolve_model
-    from scalerl.rollout.base_generator import GeneratorUnavailable
-    from scalerl.rollout.model_files import ModelNotFoundError
-    from scalerl.trainer.checkpoint import latest_checkpoint
-    from scalerl.trainer.loop import RunStopped
-    from scalerl.trainer.stopping import StopRequest, clear_stop_record, write_stop_record
-    from scalerl.training import PeakRSS, run_training
-
-    stop = StopRequest()  # SIGTERM/SIGUSR1: checkpoint at the next step boundary, exit 75
-    stop.install()
-    start = time.perf_counter()
-    peak = PeakRSS()
-    ckpt = latest_checkpoint(run_dir) if resume else None
-    if resume and ckpt is None:
-        print(f"scalerl train: --resume: no checkpoint under {run_dir}/checkpoints",
-              file=sys.stderr)
-        return 2
-    if not resume and (run_dir / "metrics.jsonl").exists():
-        print(f"scalerl train: {run_dir} already holds a run; pass --resume to continue it "
-              "or choose another --run-dir", file=sys.stderr)
-        return 2
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if _rank0():
-        clear_stop_record(run_dir)
-    if (not resume or changes) and _rank0():
-        _write_config(cfg, run_dir, ckpt, changes or {})
-    log = None if verbose else run_dir / ENGINE_LOG
-    if log is not None:
-        hide_progress_bars()
-    try:
-        model_path = str(ckpt) if ckpt else resolve_model(cfg.policy.model)
-        result = run_training(cfg, run_dir, model_path, ckpt, engine_log=log, recipe=recipe,
-                              stop=stop)
-    except (ConfigError, ModelNotFoundError) as e:  # no such model; GPUs or launch do not fit
-        close_pools()
-        print(f"scalerl train: {e}", file=sys.stderr)
-        return 2
-    except (RunStopped, GeneratorUnavailable) as exc:  # no generation for now: try again later
-        close_pools()
-        print(f"scalerl train: {exc}", file=sys.stderr)
-        if isinstance(exc, RunStopped) and _rank0():  # torchrun turns exit 75 into its own 1
-            write_stop_record(run_dir, step=exc.step, reason=str(exc), exit_code=STOPPED)
-        return STOPPED
-    if result is None:
-        return 0
-    close_pools()
-    _report(result, run_dir, time.perf_counter() - start, peak.stop())
-    if result.stopped:
-        print(f"scalerl train: stopped at step {result.step}: {result.stopped}; checkpoint "
-              f"written: fix the verifier, then `scalerl train --run-dir {run_dir} --resume`",
-              file=sys.stderr)
-    return 4 if result.stopped else 0
-
-
-def _rank0() -> bool:
-    """This process is rank 0 of a launch (torchrun / accelerate launch set RANK), or alone."""
-    return int(os.environ.get("RANK", "0")) == 0
-
-
-def _write_config(cfg: RunConfig, run_dir: Path, ckpt: Path | None, changes: dict) -> None:
-    """config.yaml; a resume that changed settings says so and appends them to resumes.jsonl."""
-    import yaml
-
-    if changes:
-        shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
-        print(f"scalerl train: resuming {run_dir} from {ckpt.name} with {shown}",
-              file=sys.stderr)
-        row = {"time": time.time(), "checkpoint": ckpt.name,
-               "changes": {k: [old, new] for k, (old, new) in changes.items()}}
-        with (run_dir / "resumes.jsonl").open("a") as fh:
-            fh.write(json.dumps(row) + "\n")
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-
-
-def _report(run, run_dir: Path, wall_s: float, peak_mb: float) -> None:
-    first, last = (run.validations[0], run.validations[-1]) if run.validations else ({}, {})
+def print_report(done: Trained) -> None:
+    """Held-out pass@1 per task, first and last validation; error warnings; time and memory."""
+    summary = done.summary
+    validations = summary["validations"]
+    first, last = (validations[0], validations[-1]) if validations else ({}, {})
     keys = sorted(k for k in last if k.endswith("pass@1"))
     print("\nheld-out (sampled at the training temperature):")
     for key in keys:
         before, after = first.get(key, float("nan")), last[key]
         print(f"  {key:32s} step {first.get('step', 0):>4} {before:.3f} -> "
               f"step {last['step']:>4} {after:.3f}  ({after - before:+.3f})")
-    for line in error_warnings(run.validations):
+    for line in error_warnings(validations):
         print(line)
-    print(f"wall time {wall_s:.1f} s; peak RSS (all processes) {peak_mb / 1024:.2f} GiB; "
-          f"run dir {run_dir}")
-    summary = {"wall_s": wall_s, "peak_rss_mb": peak_mb, "steps": run.step,
-               "validations": run.validations, "train_s": run.train_s, "loop_s": run.loop_s,
-               "stopped": run.stopped,
-               "source": run.source.idle() if run.source is not None else {}}
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(f"wall time {summary['wall_s']:.1f} s; peak RSS (all processes) "
+          f"{summary['peak_rss_mb'] / 1024:.2f} GiB; run dir {done.run_dir}")
 
 
 def error_warnings(validations: list[dict[str, float]]) -> list[str]:

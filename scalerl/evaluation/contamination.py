@@ -137,3 +137,16 @@ def warnings(result: Mapping[str, dict]) -> list[str]:
                              f"{hit[f'ngram{NGRAM}']} sharing a {NGRAM}-word run; e.g. "
                              f"{', '.join(hit['examples'][:3])})")
     return lines
+
+
+def console_lines(found: Mapping | None) -> list[str]:
+    """What `scalerl eval` prints of its check (`found`: the training tasks, those skipped and
+    `report`'s rows; None: no training task known)."""
+    if found is None:
+        return ["contamination: not checked (no training tasks; give --train-tasks NAMES)"]
+    lines = [f"contamination: not checked against {line}" for line in found["skipped"]]
+    for name, row in found["benchmarks"].items():
+        lines.append(f"contamination: {name}: {row['contaminated']} of {row['problems']} "
+                     f"problems in {', '.join(found['train_tasks'])} ({row['exact']} same "
+                     f"prompt, {row[f'ngram{NGRAM}']} sharing a {NGRAM}-word run)")
+    return lines

@@ -318,11 +318,13 @@ def run_eval(models: Sequence[ModelRef], settings: EvalSettings, out_dir: str | 
              close: Callable[[Any], None] = lambda g: g.close(), chunk: int = 64,
              tasks: Mapping[str, Task] | None = None,
              contamination: dict[str, Any] | None = None,
-             data: dict[str, Any] | None = None) -> dict[str, Any]:
+             data: dict[str, Any] | None = None,
+             on_report: Callable[[ModelRef, EvalReport], None] | None = None) -> dict[str, Any]:
     """Evaluate every model, write results.json, results.md (and results.png for several).
     `contamination` (scalerl/evaluation/contamination.py `report`, with the training tasks'
     names) is written beside the figures, and `data` (each task's source, hub revision, rows
-    skipped and duplicates merged) beside them."""
+    skipped and duplicates merged) beside them. `on_report` is handed each model's typed
+    report as it is done (what `scalerl.api.evaluate` returns)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cache = RolloutCache(out_dir / "cache")
@@ -332,6 +334,8 @@ def run_eval(models: Sequence[ModelRef], settings: EvalSettings, out_dir: str | 
         generator = info.pop("generator")
         if generator is not None:
             close(generator)
+        if on_report is not None:
+            on_report(ref, report)
         entries.append({"model": ref.path, "label": ref.label, "step": ref.step,
                         "model_key": model_key(ref.path), **info, **report.to_dict()})
     results = {"settings": settings.summary(), "models": entries,

@@ -78,3 +78,14 @@ def log_results(results: dict[str, Any], names: Sequence[str], run: TrackedRun,
 def eval_run(out_dir: str | Path, project: str, run_name: str) -> TrackedRun:
     """The tracked run of an evaluation written to `out_dir`."""
     return TrackedRun(project=project, run_name=run_name, tags=("eval",), run_dir=Path(out_dir))
+
+
+def tracker_names(text: str) -> tuple[str, ...]:
+    """`--log-with a,b` -> names, each one of Accelerate's trackers (ValueError otherwise)."""
+    from scalerl.trainer.trackers import TRACKERS
+
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in TRACKERS]
+    if unknown or not names:
+        raise ValueError(f"--log-with {text!r}: allowed: {', '.join(TRACKERS.names())}")
+    return names

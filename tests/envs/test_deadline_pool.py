@@ -175,3 +175,37 @@ def test_bad_sizes_and_start_methods_are_refused():
         Pool(-1)
     with pytest.raises(ValueError, match="use 'forkserver' or 'spawn'"):
         Pool(1, start_method="fork")
+
+
+CALLER = """
+print("script ran", flush=True)
+from scalerl.envs.deadline_pool import Pool
+
+def own(x):
+    return x
+
+pool = Pool(1, start_method=METHOD)
+print(pool.run(divmod, (7, 2), 60), flush=True)
+print(pool.run(own, (1,), 60).detail, flush=True)
+"""
+"""A caller's script as a notebook's cell would be: no `if __name__ == "__main__":` guard."""
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+@pytest.mark.parametrize("fed_on_stdin", [False, True], ids=["file", "stdin"])
+def test_workers_never_run_the_callers_script(tmp_path, method, fed_on_stdin):
+    """Workers start from the pool's module: the script runs once (multiprocessing would re-run
+    it in each worker), and fed on stdin (`python -`, main path `<stdin>`) its workers start
+    (they died opening `<stdin>`). A function of the script cannot be sent: one clear error."""
+    code = f"METHOD = {method!r}\n" + CALLER
+    script = tmp_path / "caller.py"
+    script.write_text(code)
+    argv = [sys.executable, "-"] if fed_on_stdin else [sys.executable, str(script)]
+    proc = subprocess.run(argv, input=code if fed_on_stdin else None, capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "script ran" and lines.count("script ran") == 1, proc.stdout
+    assert lines[1].startswith("Outcome(status='ok', value=(3, 1)"), proc.stdout
+    assert "pool functions must be importable from a module, not defined in the caller's " \
+           "__main__" in lines[2], proc.stdout
