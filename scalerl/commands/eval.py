@@ -341,6 +341,10 @@ def evaluate_models(args: argparse.Namespace, plan: Plan) -> Evaluated:
     from scalerl.rollout.scorer import Scorer
 
     log = None if args.verbose else Path(args.out) / "engine.log"
+    if log is not None:
+        from scalerl.engine_log import tracker_into
+
+        tracker_into(log)
 
     def make_generator(path: str):
         if log is not None:

@@ -164,6 +164,10 @@ def generate(args: argparse.Namespace) -> Generated:
     from scalerl.rollout.scorer import Scorer
 
     log = engine_log_path(args)
+    if log is not None:
+        from scalerl.engine_log import tracker_into
+
+        tracker_into(log)
     try:
         task, samples, budget, model, config = prepare(args)
         gen = start_generator(model, config, fp32_head=args.fp32_head is not False,

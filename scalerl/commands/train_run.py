@@ -85,7 +85,7 @@ def _train(cfg: RunConfig, run_dir: Path, ckpt: Path | None, *, verbose: bool,
            recipe: str | None):
     """`run_training` with the stop signals handled and its failures as CommandError."""
     from scalerl.ending import close_pools
-    from scalerl.engine_log import ENGINE_LOG, hide_progress_bars
+    from scalerl.engine_log import ENGINE_LOG, hide_progress_bars, tracker_into
     from scalerl.models import resolve_model
     from scalerl.rollout.base_generator import GeneratorUnavailable
     from scalerl.rollout.model_files import ModelNotFoundError
@@ -96,6 +96,7 @@ def _train(cfg: RunConfig, run_dir: Path, ckpt: Path | None, *, verbose: bool,
     log = None if verbose else run_dir / ENGINE_LOG
     if log is not None:
         hide_progress_bars()
+        tracker_into(log)
     try:
         with _stop_signals() as stop:
             model_path = str(ckpt) if ckpt else resolve_model(cfg.policy.model)
