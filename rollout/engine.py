@@ -109,7 +109,7 @@ class EngineGenerator(BaseGenerator):
             if self._llm is not None:
                 self._llm.shutdown(timeout=SHUTDOWN_GRACE_S)
                 self._llm = None
-            stop_processes(child_pids() - before, SHUTDOWN_GRACE_S)
+            stop_tree(before, SHUTDOWN_GRACE_S)
             BaseGenerator.close(self)
             shutil.rmtree(self._weights_root, ignore_errors=True)
             if isinstance(exc, TimeoutError):
@@ -462,6 +462,17 @@ def stop_processes(pids: set[int], grace_s: float) -> None:
         with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
     psutil.wait_procs(alive, timeout=5)
+
+
+def stop_tree(before: set[int], grace_s: float) -> None:
+    """Stop every descendant started since `before`, again until none is left: a process can
+    start another while it is being stopped (an engine core spawning its worker), and an
+    orphaned one stays a descendant when this process is a subreaper (scalerl/ending.py)."""
+    deadline = time.monotonic() + grace_s
+    while pids := child_pids() - before:
+        stop_processes(pids, max(1.0, deadline - time.monotonic()))
+        if time.monotonic() > deadline + 10:
+            break
 
 
 def freeze_heap() -> None:

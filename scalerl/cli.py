@@ -78,8 +78,9 @@ def entry() -> None:
     crash's traceback is that last line, printed once the pools are closed (exit 1)."""
     import traceback
 
-    from scalerl.ending import exit_process
+    from scalerl.ending import become_subreaper, exit_process
 
+    become_subreaper()
     try:
         code = main()
     except SystemExit as exc:  # argparse's errors, --help

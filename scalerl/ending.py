@@ -5,6 +5,9 @@ exit: the deadline pools' workers (the math verifier's, reasoning-gym's) and the
 backends (bwrap's warm workers, docker's containers). A command calls it before it prints its
 last line, so anything a closing pool has to say comes before that line.
 
+`become_subreaper` keeps every process the command starts in its tree, orphans included (the
+`scalerl` command sets it at start; a library caller's process is left alone).
+
 `exit_process` ends the `scalerl` command once its `main` has returned: non-daemon threads
 joined, the atexit handlers run (pools, logging), stdout and stderr flushed, then `os._exit`.
 It skips only the interpreter's teardown, where triton's nanobind bindings print a ~30-line
@@ -26,6 +29,23 @@ import threading
 
 TRITON_NATIVE = "triton._C.libtriton"
 """The extension module whose teardown prints the leak report."""
+
+
+PR_SET_CHILD_SUBREAPER = 36
+"""prctl option (linux/prctl.h): orphaned descendants are reparented to this process."""
+
+
+def become_subreaper() -> bool:
+    """Linux: make this process the reaper of its orphaned descendants, so a vLLM worker whose
+    engine core was killed (mid-start, out of memory) stays in this process's tree, where the
+    stop that follows finds and ends it, instead of living on under init. False elsewhere."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def close_pools() -> None:
