@@ -11,8 +11,8 @@ import importlib
 
 HELP = "benchmarks of the hot paths (verify, sandbox, rollout, train, ...), each beside a baseline"
 
-BENCHES: tuple[str, ...] = ("verify", "sandbox", "code", "rollout", "train", "trainer", "fit",
-                           "weights", "startup", "pipeline")
+BENCHES: tuple[str, ...] = ("verify", "sandbox", "code", "tools", "rollout", "train", "trainer",
+                           "fit", "weights", "startup", "pipeline")
 """Benchmark names: modules of scalerl/benches/."""
 
 
