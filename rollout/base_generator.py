@@ -170,7 +170,8 @@ class BaseGenerator:
                      stop: tuple[str, ...] = ()) -> Sampled:
         """One sampling request (`_sample`), its tokens counted in `progress`."""
         kwargs = {"stop": stop} if stop else {}
-        out = await self._sample(prompt, max_tokens, temperature, seed, top_p, priority, **kwargs)
+        out = await self._sample(prompt, max_tokens, temperature, seed, top_p, priority=priority,
+                                 **kwargs)
         self._sampled_total += len(out.tokens)
         return out
 

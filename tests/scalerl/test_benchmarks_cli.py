@@ -274,7 +274,7 @@ def test_eval_r1_on_four_benchmarks_writes_protocol_pass1_and_contamination(
         copies, engine, tiny_model_path, tmp_path, monkeypatch, capsys):
     made = []
 
-    def start(path, config, *, fp32_head, scorer):
+    def start(path, config, *, fp32_head, scorer, log=None):
         made.append(SharedEngine(engine, scorer))
         return made[-1]
 
