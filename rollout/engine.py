@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import contextvars
 import gc
 import itertools
@@ -41,7 +40,9 @@ from scalerl.rollout.base_generator import (
     Sampled,
 )
 from scalerl.rollout.engine_config import EngineConfig
+from scalerl.rollout.engine_sync import EngineSyncClient
 from scalerl.rollout.model_files import model_dir
+from scalerl.rollout.process_tree import child_pids, stop_tree
 from scalerl.rollout.scorer import Scorer
 from scalerl.rollout.vllm_worker import ABORT_METHOD, INFO_METHOD, RELOAD_METHOD
 from scalerl.rollout.weight_files import write_weights
@@ -407,72 +408,6 @@ class EngineGenerator(BaseGenerator):
             self._llm = None
         shutil.rmtree(self._weights_root, ignore_errors=True)
         super().close()
-
-
-class EngineSyncClient:
-    """The four control calls of vLLM's weight transfer, on the in-process engine (blocking)."""
-
-    def __init__(self, generator: EngineGenerator, timeout_s: float = 600.0):
-        self.generator, self.timeout_s = generator, timeout_s
-
-    def _run(self, name: str, *args):
-        llm = self.generator._llm
-        return self.generator._call(getattr(llm, name)(*args), self.timeout_s, name)
-
-    def init_weight_transfer_engine(self, init_info: dict) -> None:
-        from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
-
-        self._run("init_weight_transfer_engine", WeightTransferInitRequest(init_info=init_info))
-
-    def start_weight_update(self) -> None:
-        self._run("start_weight_update")
-
-    def update_weights(self, update_info: dict) -> None:
-        from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
-
-        self._run("update_weights", WeightTransferUpdateRequest(update_info=update_info))
-
-    def finish_weight_update(self, weight_version: str | None = None) -> None:
-        self._run("finish_weight_update", weight_version)
-
-
-def child_pids() -> set[int]:
-    """Every live descendant of this process."""
-    import psutil
-
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
-def stop_processes(pids: set[int], grace_s: float) -> None:
-    """SIGTERM `pids` (vLLM's processes clean up their shared memory on it), SIGKILL those still
-    alive after `grace_s`, and reap them."""
-    import psutil
-
-    procs = []
-    for pid in pids:
-        try:
-            procs.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            continue
-    for p in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for p in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
-    psutil.wait_procs(alive, timeout=5)
-
-
-def stop_tree(before: set[int], grace_s: float) -> None:
-    """Stop every descendant started since `before`, again until none is left: a process can
-    start another while it is being stopped (an engine core spawning its worker), and an
-    orphaned one stays a descendant when this process is a subreaper (scalerl/ending.py)."""
-    deadline = time.monotonic() + grace_s
-    while pids := child_pids() - before:
-        stop_processes(pids, max(1.0, deadline - time.monotonic()))
-        if time.monotonic() > deadline + 10:
-            break
 
 
 def freeze_heap() -> None:
