@@ -40,12 +40,12 @@ from scalerl.rollout.base_generator import (
     Sampled,
 )
 from scalerl.rollout.engine_config import EngineConfig
-from scalerl.rollout.engine_sync import EngineSyncClient
 from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.process_tree import child_pids, stop_tree
 from scalerl.rollout.scorer import Scorer
 from scalerl.rollout.vllm_worker import ABORT_METHOD, INFO_METHOD, RELOAD_METHOD
 from scalerl.rollout.weight_files import write_weights
+from scalerl.rollout.weight_sync import EngineSyncClient
 from scalerl.rollout.weights import (
     WeightsUnknownError,
     WeightUpdateError,
@@ -371,7 +371,7 @@ class EngineGenerator(BaseGenerator):
     def weight_sync_client(self, timeout_s: float = 600.0) -> EngineSyncClient:
         """vLLM's `VLLMWeightSyncClient` protocol over this engine (for the NCCL transport);
         each call gets `timeout_s` (the publisher's)."""
-        return EngineSyncClient(self, timeout_s=timeout_s)
+        return EngineSyncClient(self._llm, self._call, timeout_s=timeout_s)
 
     def weight_sync_group(self) -> tuple[str, int]:
         """The NCCL group of a weight transfer: the rendezvous address (this host) and the world

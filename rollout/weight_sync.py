@@ -1,5 +1,6 @@
-"""vLLM's weight-sync control calls (`VLLMWeightSyncClient`) fanned out to several vLLM servers,
-for the NCCL weight transfer (`engine.weight_transfer: nccl`) from the trainer to every server.
+"""vLLM's weight-sync control calls for the NCCL weight transfer (`engine.weight_transfer: nccl`,
+driven by trainer/publish.py): fanned out to several vLLM servers (`ServersSyncClient`), or made
+on the in-process engine (`EngineSyncClient`, each call under the generator's death watch).
 
 Each server gets vLLM's own `HTTPVLLMWeightSyncClient`, all called at once; the workers of
 server i join the NCCL group at rank offset 1 + the world sizes of the servers before it (the
@@ -9,7 +10,9 @@ tensors here (vLLM's trainer engine broadcasts them).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 
 class ServersSyncClient:
@@ -43,3 +46,32 @@ class ServersSyncClient:
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
         self._each([(c.finish_weight_update, weight_version) for c in self.clients])
+
+
+class EngineSyncClient:
+    """The four control calls of vLLM's weight transfer, on the in-process engine (blocking):
+    `llm` is its AsyncLLM, `call(coroutine, timeout_s, what)` the generator's death-watched wait
+    (`EngineGenerator._call`)."""
+
+    def __init__(self, llm: Any, call: Callable[[Any, float, str], Any],
+                 timeout_s: float = 600.0):
+        self.llm, self.call, self.timeout_s = llm, call, timeout_s
+
+    def _run(self, name: str, *args):
+        return self.call(getattr(self.llm, name)(*args), self.timeout_s, name)
+
+    def init_weight_transfer_engine(self, init_info: dict) -> None:
+        from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
+
+        self._run("init_weight_transfer_engine", WeightTransferInitRequest(init_info=init_info))
+
+    def start_weight_update(self) -> None:
+        self._run("start_weight_update")
+
+    def update_weights(self, update_info: dict) -> None:
+        from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
+
+        self._run("update_weights", WeightTransferUpdateRequest(update_info=update_info))
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self._run("finish_weight_update", weight_version)
