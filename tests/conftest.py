@@ -9,7 +9,9 @@ above 0 when a test starts. `vllm_servers` starts two real servers with `scalerl
 --log-stats` (~70-120 s on 2 cores, ~2.7 GiB each; vLLM's gauges at /metrics on); the tests that
 use them run last in the session (so the servers live only meanwhile), the one marked
 `kills_server` after all the others, and the servers are stopped, with a check that no process of
-theirs is left, when the session ends. All these fixtures are for tests marked `slow`.
+theirs is left, when the session ends. All these fixtures are for tests marked `slow`. Under
+pytest-xdist (`make test`), `--dist loadgroup` keeps every test on them on one worker
+(tests/xdist_groups.py).
 """
 
 from __future__ import annotations
@@ -44,13 +46,30 @@ def engine(tiny_model_path, engine_config):
     generator.close()
 
 
+SHARED = ("engine", "vllm_servers")
+"""The session fixtures that start vLLM: under pytest-xdist, one worker runs every test on them."""
+
+
+def pytest_configure(config):
+    """Under pytest-xdist's controller, schedule by the groups of tests/xdist_groups.py."""
+    if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        from xdist_groups import Plugin
+
+        config.pluginmanager.register(Plugin(), "scalerl-xdist-groups")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests on the shared servers run last; the one that kills a server after the others."""
+    """Tests on the shared servers run last; the one that kills a server after the others. On a
+    pytest-xdist worker, the groups are written for the controller (tests/xdist_groups.py)."""
     def rank(item) -> int:
         if "vllm_servers" not in getattr(item, "fixturenames", ()):
             return 0
         return 2 if item.get_closest_marker("kills_server") else 1
     items.sort(key=rank)  # stable: the order within each rank is kept
+    if hasattr(config, "workerinput"):
+        from xdist_groups import write_groups
+
+        write_groups(config, items, SHARED)
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,8 @@
 
 Two CPU-bound processes load both cores (as CI's neighbours did when `test_errors` ended on
 multiprocessing's resource_tracker report) while a real `scalerl train` stops on verifier errors
-(exit 4) and two real `scalerl generate`s, started together (two engines on one machine: both
-must start, issue 37), run to their end. Each must end on scalerl's own line on
+(exit 4) and two real `scalerl generate`s run to their end, all three started together (three
+engines on one machine: all must start, issue 37). Each must end on scalerl's own line on
 stderr, with no resource_tracker report and no nanobind leak dump anywhere (stderr, the engine
 log), and leave no shared memory or semaphore of its own behind in /dev/shm. Before the fix the
 engine core was SIGKILLed at every close (vLLM's 5 s grace; the worker alone took 4-5 s), so its
@@ -78,6 +78,18 @@ def scalerl(args: list[str], env: dict) -> subprocess.CompletedProcess:
                           text=True, timeout=1200, env=env)
 
 
+def together(commands: list[list[str]], env: dict) -> list[subprocess.CompletedProcess]:
+    """`scalerl` commands started at once, each run to its end."""
+    procs = [subprocess.Popen([sys.executable, "-m", "scalerl", *args], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for args in commands]
+    done = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=1200)
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+    return done
+
+
 def assert_own_last_line(proc: subprocess.CompletedProcess, prefix: str, log: Path,
                          killed_engine: bool = False) -> None:
     """The last stderr line starts with `prefix`; no leak report or teardown dump on stderr,
@@ -109,25 +121,20 @@ def test_a_stopped_train_and_a_generate_end_on_their_own_line_under_load(
                 "checkpoint.every=0", "log.progress=false", "log.trackers=[]",
                 f"policy.model={model}",
                 "tasks=[{name: filed_arith, budget: {thinking: 48, answer: 16}}]"]
-    stopped = scalerl(["train", "--run-dir", str(run_dir),
-                       *[a for s in settings for a in ("--set", s)]], env)
+    train = ["train", "--run-dir", str(run_dir), *[a for s in settings for a in ("--set", s)]]
+    # three engines started together on this machine (issue 37): all start, all end cleanly
+    generates = [["generate", "--model", model, "--task", "arith", "--limit", "4", "--out",
+                  str(tmp_path / f"rollouts{i}.jsonl")] for i in (1, 2)]
+    stopped, *generated = together([train, *generates], env)
     assert stopped.returncode == 4, stopped.stderr[-3000:]
     assert_own_last_line(stopped, "scalerl train: stopped at step 1: verifier errors on 100%",
                          run_dir / "engine.log")
-
-    # two engines started together on this machine (issue 37): both start, both end cleanly
-    procs = [subprocess.Popen([sys.executable, "-m", "scalerl", "generate", "--model", model,
-                               "--task", "arith", "--limit", "4", "--out",
-                               str(tmp_path / f"rollouts{i}.jsonl")], env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in (1, 2)]
-    for i, p in enumerate(procs, start=1):
-        stdout, stderr = p.communicate(timeout=1200)
-        generated = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
-        assert generated.returncode == 0, generated.stderr[-3000:]
+    for i, done in enumerate(generated, start=1):
+        assert done.returncode == 0, done.stderr[-3000:]
         assert len((tmp_path / f"rollouts{i}.jsonl").read_text().splitlines()) == 4
         log = tmp_path / f"rollouts{i}.engine.log"
-        assert_own_last_line(generated, f"scalerl generate: done; the vLLM engine's own output "
-                                        f"is in {log}", log)
+        assert_own_last_line(done, f"scalerl generate: done; the vLLM engine's own output "
+                                   f"is in {log}", log)
         assert "Initializing a V1 LLM engine" in log.read_text()  # the engine wrote there
     assert not leaked_shm(before), f"left in /dev/shm: {leaked_shm(before)}"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import types
 from multiprocessing import spawn
 
 import pytest
@@ -21,8 +22,18 @@ def main_keys(box: list | None = None) -> set[str]:
     return keys
 
 
+@pytest.fixture(autouse=True)
+def script_main(monkeypatch):
+    """A `__main__` run from a path, as `python script.py` has: the runner's own may have neither
+    a path nor a module name (pytest-xdist's workers run from execnet's `-c` bootstrap)."""
+    main = types.ModuleType("__main__")
+    main.__file__ = __file__
+    main.__spec__ = None
+    monkeypatch.setitem(sys.modules, "__main__", main)
+
+
 def test_outside_the_scope_the_data_names_the_main():
-    assert main_keys()  # pytest's own __main__ (a module name or a path)
+    assert main_keys() == {"init_main_from_path"}
 
 
 def test_inside_the_scope_no_thread_sends_the_main():
