@@ -7,7 +7,6 @@ Starting one takes ~7 s (openenv-core imports gradio); start several at once and
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -66,9 +65,3 @@ def get(url: str, path: str) -> dict:
     with opener.open(url + path, timeout=10) as resp:
         return json.loads(resp.read())
 
-
-def free_port() -> int:
-    """A loopback port nothing listens on (a dead server's)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -70,8 +70,8 @@ def train(run_dir: Path, model: Path, nproc: int, sets: list[str], resume: bool 
     args = [a for s in [*SETS, *sets, f"policy.model={model}"] for a in ("--set", s)]
     launcher = [sys.executable, "-m", "scalerl"]
     if nproc > 1:
-        launcher = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node",
-                    str(nproc), "--master_port", "29931", "-m", "scalerl"]
+        launcher = [str(Path(sys.executable).parent / "torchrun"), "--standalone",
+                    "--nproc_per_node", str(nproc), "-m", "scalerl"]
     cmd = [*launcher, "train", *args, "--run-dir", str(run_dir), *(["--resume"] * resume)]
     env = {**(env or os.environ), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)

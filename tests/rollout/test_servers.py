@@ -224,7 +224,7 @@ def test_a_server_whose_head_runs_in_another_dtype_is_refused(vllm_servers, tiny
 
 
 def test_no_usable_server_is_one_clear_error_after_a_bounded_wait(tiny_model_path):
-    from serverset import free_port
+    from ports import free_port
 
     from scalerl.rollout.base_generator import GeneratorUnavailable
     from scalerl.rollout.server_generator import ServerGenerator

@@ -18,8 +18,7 @@ WORKER = Path(__file__).parent / "ddp_worker.py"
 def run_ranks(nproc: int, out: Path, micro: int, *tokens: str) -> dict:
     torchrun = Path(sys.executable).parent / "torchrun"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    port = 29500 + nproc + 10 * len(tokens)
-    cmd = [str(torchrun), "--nproc_per_node", str(nproc), "--master_port", str(port),
+    cmd = [str(torchrun), "--standalone", "--nproc_per_node", str(nproc),
            str(WORKER), str(out), str(micro), *tokens]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

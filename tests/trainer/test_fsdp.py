@@ -19,13 +19,12 @@ import torch
 pytestmark = pytest.mark.slow
 
 WORKER = Path(__file__).parent / "fsdp_worker.py"
-PORTS = iter(range(29620, 29700))
 
 
 def launch(nproc: int, out: Path, *args: str) -> dict:
     torchrun = Path(sys.executable).parent / "torchrun"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [str(torchrun), "--nproc_per_node", str(nproc), "--master_port", str(next(PORTS)),
+    cmd = [str(torchrun), "--standalone", "--nproc_per_node", str(nproc),
            str(WORKER), "--out", str(out), *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]

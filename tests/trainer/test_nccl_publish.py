@@ -16,6 +16,7 @@ import gc
 
 import pytest
 import torch
+from ports import free_port
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from scalerl.trainer.publish import NCCLPublisher, PublishError
@@ -79,7 +80,7 @@ class Engine:
 
 
 def publisher(engine: Engine, **kw) -> NCCLPublisher:
-    return NCCLPublisher(engine, master_address="127.0.0.1", master_port=29801, world_size=2,
+    return NCCLPublisher(engine, master_address="127.0.0.1", master_port=free_port(), world_size=2,
                          device="meta", dtype="bfloat16", timeout_s=30.0, hold=engine.hold,
                          release=engine.release, abort=engine.abort, **kw)
 
@@ -177,7 +178,7 @@ def test_the_real_engine_generates_again_after_a_failure_in_the_producer(comm, t
         before = greedy()
         client = engine.weight_sync_client(timeout_s=60.0)
         client.init_weight_transfer_engine = lambda info: None  # the workers' NCCL group
-        pub = NCCLPublisher(client, master_address="127.0.0.1", master_port=29802,
+        pub = NCCLPublisher(client, master_address="127.0.0.1", master_port=free_port(),
                             world_size=2, device="meta", dtype="float32", timeout_s=60.0,
                             hold=engine.hold, release=engine.release,
                             abort=engine.abort_weight_update)

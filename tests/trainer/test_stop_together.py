@@ -17,7 +17,7 @@ WORKER = Path(__file__).parent / "stop_worker.py"
 def ranks(out: Path, mode: str) -> list[dict]:
     out.mkdir()
     torchrun = Path(sys.executable).parent / "torchrun"
-    cmd = [str(torchrun), "--nproc_per_node", "2", "--master_port", "29541", str(WORKER),
+    cmd = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(WORKER),
            str(out), mode]
     proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
                           text=True, timeout=240)

@@ -15,7 +15,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from openenv_servers import GameServer, free_port
+from openenv_servers import GameServer
+from ports import free_port
 
 from scalerl.envs.adapters import from_spec
 from scalerl.envs.adapters.openenv import OpenEnvEnvironment, answer_text
