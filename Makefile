@@ -60,7 +60,7 @@ demo: install
 
 # The suite in two phases on two pytest-xdist workers: the fast tests (not marked slow) while the
 # tiny model the slow tests share is built beside them, then the slow tests grouped so that the
-# shared vLLM engine and servers start once (tests/conftest.py: xdist_groups). PYTEST_ARGS go to
+# shared vLLM engine and servers start once (tests/xdist_groups.py). PYTEST_ARGS go to
 # both phases; a phase that selects nothing (pytest's exit 5) is not a failure.
 test: install
 	$(BIN)/ruff check .

@@ -64,4 +64,3 @@ def get(url: str, path: str) -> dict:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(url + path, timeout=10) as resp:
         return json.loads(resp.read())
-

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import psutil
-from ports import free_port
+
+from scalerl.rollout.local_servers import free_port
 
 
 class ServerSet:

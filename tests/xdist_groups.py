@@ -17,7 +17,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import pytest
 from xdist.scheduler import LoadScopeScheduling
 
 KEY = "scalerl_groups"
@@ -47,7 +46,7 @@ def write_groups(config, items, shared: tuple[str, ...]) -> None:
 class GroupScheduling(LoadScopeScheduling):
     """xdist's scope scheduling with the workers' groups as the scopes."""
 
-    def __init__(self, config, log=None, path: Path | None = None) -> None:
+    def __init__(self, config, log, path: Path) -> None:
         super().__init__(config, log)
         self._path = path
         self._groups: dict[str, str] | None = None
@@ -69,7 +68,6 @@ class Plugin:
     def pytest_configure_node(self, node) -> None:
         node.workerinput[KEY] = str(self.path)
 
-    @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_make_scheduler(self, config, log):
         if config.getvalue("dist") != "loadgroup":
             return None

@@ -224,9 +224,8 @@ def test_a_server_whose_head_runs_in_another_dtype_is_refused(vllm_servers, tiny
 
 
 def test_no_usable_server_is_one_clear_error_after_a_bounded_wait(tiny_model_path):
-    from ports import free_port
-
     from scalerl.rollout.base_generator import GeneratorUnavailable
+    from scalerl.rollout.local_servers import free_port
     from scalerl.rollout.server_generator import ServerGenerator
 
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there

@@ -16,10 +16,9 @@ import gc
 
 import pytest
 import torch
-from ports import free_port
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from scalerl.trainer.publish import NCCLPublisher, PublishError
+from scalerl.trainer.publish import NCCLPublisher, PublishError, free_port
 
 
 class FakeStream:

@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from openenv_servers import GameServer
-from ports import free_port
 
 from scalerl.envs.adapters import from_spec
 from scalerl.envs.adapters.openenv import OpenEnvEnvironment, answer_text
@@ -24,6 +23,7 @@ from scalerl.envs.base import Sample
 from scalerl.envs.environment import EnvContext
 from scalerl.envs.tool_format import tool_format
 from scalerl.envs.turns import EnvFailed, Play
+from scalerl.rollout.local_servers import free_port
 
 CHAT = EnvContext(tool_format=tool_format("chat"))
 
