@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from scalerl.rollout.base_generator import GeneratorUnavailable
+from scalerl.trainer.balance import model_attention_cost
 from scalerl.trainer.batch import GroupReport, collate, prepare_groups
 from scalerl.trainer.checkpoint import (
     clear_optimizer_staging,
@@ -371,13 +372,14 @@ def optimise(run: Run, kept: list[Group], report: GroupReport) -> dict[str, floa
                     pad_id=pad_id(run.tokenizer), eps=a.eps,
                     zero_rows=report.zero_variance_rollouts if a.std_scope == "all" else 0)
     stats = train_step(run.accelerator, run.model, run.optimizer, run.scheduler, batch,
-                       step_settings(cfg))
+                       step_settings(cfg, unwrap(run)))
     stats["tokens_total"] = float(batch.num_tokens)
     return stats
 
 
-def step_settings(cfg: TrainerConfig) -> StepSettings:
-    """The plain values `train_step` takes, from the config (also `scalerl bench train`'s)."""
+def step_settings(cfg: TrainerConfig, model=None) -> StepSettings:
+    """The plain values `train_step` takes, from the config (also `scalerl bench train`'s) and
+    the Hugging Face `model`'s shape (rows' attention cost; none given: tokens only)."""
     loss = cfg.loss
     return StepSettings(
         loss=loss.name, micro_batch_size=cfg.offpolicy.micro_batch_size,
@@ -386,7 +388,8 @@ def step_settings(cfg: TrainerConfig) -> StepSettings:
                                             "length_norm": loss.length_norm}),
         temperature=cfg.policy.temperature, fp32_head=cfg.policy.fp32_head,
         max_grad_norm=cfg.optim.max_grad_norm,
-        micro_batch_tokens=cfg.offpolicy.micro_batch_tokens)
+        micro_batch_tokens=cfg.offpolicy.micro_batch_tokens,
+        attention_cost=0.0 if model is None else model_attention_cost(model))
 
 
 def pad_id(tokenizer) -> int:

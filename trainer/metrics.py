@@ -31,7 +31,8 @@ STEP_KEYS = {"loss": "loss/value", "entropy": "policy/entropy", "clip_frac": "lo
              "cispo_trunc_frac": "loss/cispo_trunc_frac", "is_ratio": "is_ratio/mean",
              "is_ratio_min": "is_ratio/min", "is_ratio_max": "is_ratio/max",
              "mismatch_kl": "policy/mismatch_kl", "grad_norm": "optim/grad_norm",
-             "train_tokens": "batch/train_tokens", "batch/empty": "batch/empty"}
+             "train_tokens": "batch/train_tokens", "batch/empty": "batch/empty",
+             "imbalance": "trainer/imbalance", "micro_batches": "trainer/micro_batches"}
 """The optimizer step's statistics (trainer/step.py) -> their stable metric keys."""
 
 

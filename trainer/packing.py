@@ -1,14 +1,16 @@
 """Micro-batches by tokens (`offpolicy.micro_batch_tokens`), packed without padding.
 
-`token_micro_batches` gives each rank its rows of the global batch, longest first to the rank
-with the fewest tokens so far (`balance`), and cuts them into runs whose sequences (prompt +
-completion) add up to at most `max_tokens` (a longer row gets a run of its own), the same number
-of runs on every rank (a rank short of runs gets empty ones: trainer/step.py trains a 2-token
-dummy of zero weight there). `pack` lays a run's rows end to end in one row of `sum(lengths)`
-tokens with position ids restarting at 0 for each, and the rows' boundaries computed once per
-micro-batch: `cu_seqlens` on the rows' device and the same numbers on the host (`bounds`).
-`packed_forward` runs a decoder on it with no attention mask of any kind: no (L, L) padding
-mask, no (N, N) block-diagonal one, no padded token computed, on every transformers decoder
+`token_micro_batches` gives each rank its micro-batches of the global batch as
+trainer/balance.py plans them: first-fit-decreasing bins of at most `max_tokens` tokens
+(prompt + completion; a longer row gets a bin of its own) over the whole batch, dealt to the
+ranks in descending cost (tokens plus attention's quadratic term), so that micro-batch i costs
+nearly the same on every rank and every rank gets as many (a rank short of bins gets empty ones
+at the end: trainer/step.py trains a 2-token dummy of zero weight there). `pack` lays a
+micro-batch's rows end to end in one row of `sum(lengths)` tokens with position ids restarting
+at 0 for each, and the rows' boundaries computed once per micro-batch: `cu_seqlens` on the
+rows' device and the same numbers on the host (`bounds`). `packed_forward` runs a decoder on
+it with no attention mask of any kind: no (L, L) padding mask, no (N, N) block-diagonal one,
+no padded token computed, on every transformers decoder
 (Llama, Mistral, Qwen2, Qwen3: tests/trainer/test_packing_models.py).
 
 Which attention runs where (`use_varlen_attention`, `packed_attention`):
@@ -41,52 +43,26 @@ from itertools import accumulate
 
 import torch
 
+from scalerl.trainer.balance import MicroBatchPlan, plan_micro_batches
+
 Tensor = torch.Tensor
 
 
-def balance(lengths: list[int], world: int) -> list[list[int]]:
-    """Row indices of each rank: longest row first, each to the rank with the fewest tokens so
-    far (the lowest rank on a tie); each rank's rows in their batch order."""
-    loads, ranks = [0] * world, [[] for _ in range(world)]
-    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        r = min(range(world), key=lambda r: (loads[r], r))
-        ranks[r].append(i)
-        loads[r] += lengths[i]
-    return [sorted(rows) for rows in ranks]
-
-
-def _runs(lengths: list[int], max_tokens: int) -> list[list[int]]:
-    """Indices into `lengths`, cut greedily in order into runs of at most `max_tokens`."""
-    runs: list[list[int]] = []
-    total = 0
-    for i, n in enumerate(lengths):
-        if runs and total + n <= max_tokens:
-            runs[-1].append(i)
-            total += n
-        else:
-            runs.append([i])
-            total = n
-    return runs
-
-
-def token_micro_batches(lengths: Tensor, rank: int, world: int, max_tokens: int) -> list[Tensor]:
-    """This rank's rows of the global batch (sequence lengths `lengths`, assigned by `balance`),
-    as micro-batches of at most `max_tokens` tokens each; every rank gets as many (DDP and FSDP
-    need equal backward counts: the shorter lists end in empty ones). The indices live on
-    `lengths`' device."""
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+def token_micro_batches(lengths: Tensor, rank: int, world: int, max_tokens: int,
+                        attention: float = 0.0) -> list[Tensor]:
+    """This rank's micro-batches of the global batch (sequence lengths `lengths`) as
+    `plan_micro_batches` deals them (`attention`: `attention_cost`, 0 counts tokens only); every
+    rank gets as many (DDP and FSDP need equal backward counts: empty ones at the end where a
+    rank ran out). The indices live on `lengths`' device."""
     if not 0 <= rank < world:
         raise ValueError(f"rank {rank} is not in 0..{world - 1}")
-    sizes = lengths.tolist()
-    cuts = []
-    for rows in balance(sizes, world):  # every rank's runs, so that all agree on their number
-        cuts.append([[rows[j] for j in run] for run in _runs([sizes[i] for i in rows],
-                                                               max_tokens)])
-    count = max(1, *(len(c) for c in cuts))
-    mine = [torch.tensor(run, dtype=torch.long, device=lengths.device) for run in cuts[rank]]
-    empty = torch.zeros(0, dtype=torch.long, device=lengths.device)
-    return mine + [empty] * (count - len(mine))
+    plan = plan_micro_batches(lengths.tolist(), world, max_tokens, attention)
+    return rank_rows(plan, rank, lengths.device)
+
+
+def rank_rows(plan: MicroBatchPlan, rank: int, device: torch.device) -> list[Tensor]:
+    """Rank `rank`'s micro-batches of `plan` as index tensors on `device`."""
+    return [torch.tensor(rows, dtype=torch.long, device=device) for rows in plan.rows[rank]]
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,11 @@ The aggregation weights were computed over the global batch, so the step sums we
 losses (no averaging over micro-batches) and scales by the world size to undo DDP's gradient mean:
 any (ranks x micro-batches) split gives the gradient of the one big batch, micro-batches of
 `micro_batch_size` padded rows or of at most `micro_batch_tokens` tokens packed without padding
-(trainer/packing.py: rows balanced over ranks by tokens). A rank short of micro-batches trains
-a 2-token dummy of zero weight in their place. Returns the step's statistics reduced over ranks.
-No data loading, no generation, no logging here.
+(trainer/balance.py: bins of the whole batch dealt to the ranks so that micro-batch i costs
+about the same on each). A rank short of micro-batches trains a 2-token dummy of zero weight in
+their place. Returns the step's statistics reduced over ranks, with the micro-batches per rank
+and their imbalance across ranks (`step_imbalance`: the step's cost over the ideal). No data
+loading, no generation, no logging here.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from dataclasses import dataclass
 
 import torch
 
+from scalerl.trainer.balance import padded_costs, plan_micro_batches, step_imbalance
 from scalerl.trainer.batch import TrainBatch
 from scalerl.trainer.losses import aggregate, get_loss
-from scalerl.trainer.packing import pack, token_micro_batches
+from scalerl.trainer.packing import pack, rank_rows
 
 Tensor = torch.Tensor
 SUM_KEYS = ("loss", "tokens", "entropy", "mismatch_kl", "clip_frac", "cispo_trunc_frac",
@@ -39,6 +42,11 @@ class StepSettings:
     micro_batch_tokens: int | None = None
     """When set, micro-batches are runs of rows of at most this many tokens, packed without
     padding (trainer/packing.py); else `micro_batch_size` padded rows."""
+    attention_cost: float = 0.0
+    """A row's attention cost per token² relative to its linear cost per token
+    (trainer/balance.py `attention_cost`; 0: tokens only): weighs rows when micro-batches are
+    dealt to ranks and when their imbalance is reported; the step's result does not depend on
+    it."""
 
 
 def shard_rows(n_rows: int, rank: int, world: int, micro_batch_size: int,
@@ -107,11 +115,7 @@ def train_step(accelerator, model, optimizer, scheduler, batch: TrainBatch,
     after every micro-batch into the sharded gradients (summed: the same step).
     """
     rank, world = accelerator.process_index, accelerator.num_processes
-    if s.micro_batch_tokens is None:
-        chunks = shard_rows(len(batch), rank, world, s.micro_batch_size, batch.input_ids.device)
-    else:
-        chunks = token_micro_batches(batch.prompt_lens + batch.completion_lens, rank, world,
-                                     s.micro_batch_tokens)
+    chunks, imbalance = micro_batches(batch, rank, world, s)
     totals: dict[str, Tensor] = {}
     model.train()
     for i, rows in enumerate(chunks):
@@ -128,7 +132,23 @@ def train_step(accelerator, model, optimizer, scheduler, batch: TrainBatch,
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return _reduce(accelerator, totals) | {"grad_norm": grad_norm}
+    return _reduce(accelerator, totals) | {"grad_norm": grad_norm, "imbalance": imbalance,
+                                           "micro_batches": float(len(chunks))}
+
+
+def micro_batches(batch: TrainBatch, rank: int, world: int,
+                  s: StepSettings) -> tuple[list[Tensor], float]:
+    """This rank's micro-batches (row indices on the batch's device, as many on every rank)
+    and the step's imbalance across ranks (`step_imbalance`, the same on every rank)."""
+    lengths = (batch.prompt_lens + batch.completion_lens).tolist()
+    device = batch.input_ids.device
+    if s.micro_batch_tokens is not None:
+        plan = plan_micro_batches(lengths, world, s.micro_batch_tokens, s.attention_cost)
+        return rank_rows(plan, rank, device), plan.imbalance
+    every = [shard_rows(len(batch), r, world, s.micro_batch_size) for r in range(world)]
+    costs = padded_costs(lengths, [[c.tolist() for c in rank_chunks] for rank_chunks in every],
+                         s.attention_cost)
+    return [c.to(device) for c in every[rank]], step_imbalance(costs)
 
 
 def _combine(key: str, old: Tensor | None, new: Tensor) -> Tensor:

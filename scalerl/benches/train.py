@@ -87,7 +87,7 @@ def time_step(cfg, model_path: str, batches: list) -> dict[str, float]:
     policy, opt = acc.prepare(policy, opt)
     bare = load_policy(model_path, policy_dtype(cfg.policy.dtype))
     bare_opt = torch.optim.AdamW(bare.parameters(), lr=o.lr, eps=o.eps)
-    settings = step_settings(cfg)
+    settings = step_settings(cfg, bare)  # the same shape as the policy
 
     def bare_step(b) -> None:
         labels = b.input_ids.masked_fill(b.attention_mask == 0, -100)

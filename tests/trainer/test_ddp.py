@@ -39,8 +39,9 @@ def test_two_processes_match_one_process_on_the_same_global_batch(tmp_path, one)
 
 
 def test_two_processes_packed_by_tokens_match_one_process(tmp_path, one):
-    # 56 tokens: rows balanced by tokens (rank 0: rows 1, 2, 5, 6, 9 then 10; rank 1: rows 0, 3,
-    # 4, 7, 8, 11), so rank 1's second micro-batch is the 2-token dummy, synced with rank 0's
+    # rows of 5, 6, 7, 8, 8, 9, 10, 11, 11, 12, 13, 13 tokens in bins of 56: 13 + 13 + 12 + 11
+    # + 7 (rank 0), 11 + 10 + 9 + 8 + 8 + 6 (rank 1), then 5 alone (rank 1, by the snaking
+    # deal), so rank 0's second micro-batch is the 2-token dummy, synced with rank 1's
     two = run_ranks(2, tmp_path / "two.pt", 64, "56")
     assert two["world"] == 2
     torch.testing.assert_close(two["weights"], one["weights"])

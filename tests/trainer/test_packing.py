@@ -14,7 +14,6 @@ from scalerl.rollout.types import Rollout
 from scalerl.trainer.batch import collate
 from scalerl.trainer.losses import loss_kwargs
 from scalerl.trainer.packing import (
-    balance,
     pack,
     packed_positions,
     token_micro_batches,
@@ -24,27 +23,25 @@ from scalerl.trainer.policy import PolicyModule, packed_token_stats, token_stats
 from scalerl.trainer.step import StepSettings, train_step
 
 
-def test_rows_are_cut_in_order_into_runs_within_the_token_budget():
+def test_rows_are_packed_first_fit_longest_first_within_the_token_budget():
+    # 9 alone (> 8); 5 opens a bin (room 3); 4 does not fit there: a new bin (room 4); 3 fills
+    # the first (5 + 3); 2 joins the 4. Costs 9, 8, 6: dealt in that order
     lengths = torch.tensor([3, 5, 2, 9, 4])
     cut = token_micro_batches(lengths, 0, 1, 8)
-    assert [c.tolist() for c in cut] == [[0, 1], [2], [3], [4]]  # 9 > 8 travels alone
+    assert [c.tolist() for c in cut] == [[3], [0, 1], [2, 4]]
 
 
-def test_rows_go_longest_first_to_the_rank_with_the_fewest_tokens():
-    # 9 -> r0 (tie: lowest rank); 5 -> r1; 4 -> r1 (5 < 9); 3 -> r0 (9 = 9: lowest); 2 -> r1
-    assert balance([3, 5, 2, 9, 4], 2) == [[0, 3], [1, 2, 4]]  # 12 and 11 tokens
-    # 10 -> r0, 7 -> r1, then every 1 to r2 (1 < 7 < 10): 10, 7 and 3 tokens
-    assert balance([10, 1, 1, 1, 7], 3) == [[0], [4], [1, 2, 3]]
-    assert balance([4, 4], 3) == [[0], [1], []]
-
-
-def test_every_rank_gets_as_many_micro_batches():
-    lengths = torch.tensor([3, 5, 2, 9, 4])  # rank 0: rows 0, 3; rank 1: rows 1, 2, 4
-    assert [c.tolist() for c in token_micro_batches(lengths, 0, 2, 10)] == [[0], [3]]
-    assert [c.tolist() for c in token_micro_batches(lengths, 1, 2, 10)] == [[1, 2], [4]]
-    # 11 tokens: rank 0's 3 + 9 = 12 is two runs, rank 1's 5 + 2 + 4 = 11 one, then an empty one
-    assert [c.tolist() for c in token_micro_batches(lengths, 0, 2, 11)] == [[0], [3]]
-    assert [c.tolist() for c in token_micro_batches(lengths, 1, 2, 11)] == [[1, 2, 4], []]
+def test_every_rank_gets_as_many_micro_batches_dealt_in_descending_cost():
+    # 10 tokens: bins {9}, {5, 4} (rows 1, 4), {3, 2} (rows 0, 2); costs 9, 9, 5: the tie goes
+    # to the bin of the earlier row, so index 0 is rows 1, 4 on rank 0 and row 3 on rank 1;
+    # index 1 snakes back: rank 1 gets rows 0, 2 and rank 0 an empty one (the dummy)
+    lengths = torch.tensor([3, 5, 2, 9, 4])
+    assert [c.tolist() for c in token_micro_batches(lengths, 0, 2, 10)] == [[1, 4], []]
+    assert [c.tolist() for c in token_micro_batches(lengths, 1, 2, 10)] == [[3], [0, 2]]
+    # with attention (0.1 per token²) 9 costs 17.1 and 5 + 4 costs 13.1: row 3 goes first
+    assert [c.tolist() for c in token_micro_batches(lengths, 0, 2, 10, 0.1)] == [[3], []]
+    assert [c.tolist() for c in token_micro_batches(lengths, 1, 2, 10, 0.1)] == [[1, 4],
+                                                                                [0, 2]]
     with pytest.raises(ValueError, match="rank 2 is not in 0..1"):
         token_micro_batches(lengths, 2, 2, 11)
 
@@ -136,14 +133,17 @@ def step_result(batch, s: StepSettings, checkpointing: bool = False):
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach(), stats
 
 
-@pytest.mark.parametrize("budget", [10_000, 120, 40, 1])
-def test_a_step_by_tokens_is_the_step_of_one_padded_batch(budget):
+@pytest.mark.parametrize(("budget", "micro_batches"), [(10_000, 1), (120, 4), (40, 6), (1, 10)])
+def test_a_step_by_tokens_is_the_step_of_one_padded_batch(budget, micro_batches):
+    # rows of 5, 4, 90, 89, 14, 13, 104, 103, 14, 13 tokens; 120: 104 + 14, 103 + 14,
+    # 90 + 13 + 13, 89 + 5 + 4; 40: the four longest alone, 14 + 14 + 5 + 4, 13 + 13
     batch = batch_of(groups_of_lengths(SPREAD))
     base_w, base = step_result(batch, settings(micro_batch_size=len(batch)))
     w, stats = step_result(batch, settings(micro_batch_tokens=budget))
     torch.testing.assert_close(w, base_w, rtol=1e-5, atol=1e-6)
     assert stats["loss"] == pytest.approx(base["loss"], rel=1e-5)
     assert stats["train_tokens"] == base["train_tokens"]
+    assert stats["micro_batches"] == micro_batches and stats["imbalance"] == 1.0  # one rank
 
 
 def test_packed_rows_recomputed_by_gradient_checkpointing_give_the_same_step():
