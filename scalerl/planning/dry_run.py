@@ -18,6 +18,7 @@ import os
 from dataclasses import asdict, dataclass
 
 from scalerl.config import RunConfig
+from scalerl.planning.balance import balance_lines
 from scalerl.planning.layouts import workload
 from scalerl.planning.placement import Placement, PlacementError, gpu_count, plan_placement
 from scalerl.planning.sizing import (
@@ -284,6 +285,8 @@ def describe(run: DryRun) -> list[str]:
     lines.append(f"micro-batch: {t.micro_tokens} tokens ({how}); per trainer rank, "
                  f"{'FSDP2 over ' + str(t.ranks) if t.sharded else 'whole'}:")
     lines += table(run)
+    lines += balance_lines(run.shape, run.speed.workload if run.speed else None, run.ranks,
+                           t.micro_tokens, packed=not t.padded_rows)
     if run.engine:
         lines.append(f"engine: {gib(run.engine):.1f} GiB of its {gib(run.engine_budget):.1f} "
                      "GiB (engine.memory_fraction)" if run.engine_budget else
