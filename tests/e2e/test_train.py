@@ -163,7 +163,7 @@ REQUIRED_KEYS = (
     "rollout/length_mean", "policy/entropy", "loss/clip_frac", "loss/cispo_trunc_frac",
     "is_ratio/min", "is_ratio/mean", "is_ratio/max", "policy/mismatch_kl",
     "batch/zero_variance_frac", "batch/retired_frac", "batch/error_excluded_frac",
-    "trainer/tokens_per_s",
+    "trainer/tokens_per_s", "trainer/imbalance", "trainer/micro_batches",
     "rollout/tokens_per_s", "compute/device_s", "compute/gen_tokens", "compute/train_tokens",
     "val/arith/pass@1", "val/arith/mean@4", "val/synth_code/pass@1", "val/synth_code/mean@4",
 )

@@ -215,3 +215,22 @@ def test_a_padded_step_reports_its_micro_batches_and_imbalance():
     chunks, imbalance = micro_batches(batch, 0, 2, s)
     assert [c.tolist() for c in chunks] == [[0, 2], [4, 6], [8, 10]]
     assert imbalance == pytest.approx(64 / 62)
+
+
+def test_the_step_logs_its_balance_under_stable_keys_and_weighs_rows_by_the_models_shape():
+    from scalerl.trainer.batch import prepare_groups
+    from scalerl.trainer.config import TrainerConfig
+    from scalerl.trainer.filters import PromptRetirement
+    from scalerl.trainer.loop import step_settings
+    from scalerl.trainer.metrics import step_metrics
+    from scalerl.trainer.rewards import RewardMap
+
+    groups = fake_groups(n_prompts=2, n=2)
+    _, report = prepare_groups(groups, truncation="drop", rewards=RewardMap(),
+                               zero_variance_filter=True, retirement=PromptRetirement())
+    logged = step_metrics(groups, report, {}, {"imbalance": 1.25, "micro_batches": 7.0},
+                          train_s=1.0, retired=0, prompts=2, lr=1e-6)
+    assert logged["trainer/imbalance"] == 1.25 and logged["trainer/micro_batches"] == 7.0
+    model = tiny_qwen2()
+    assert step_settings(TrainerConfig(), model).attention_cost == model_attention_cost(model)
+    assert step_settings(TrainerConfig()).attention_cost == 0.0
