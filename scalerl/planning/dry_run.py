@@ -28,9 +28,11 @@ from scalerl.planning.sizing import (
     engine_memory,
     gib,
     kv_bytes_per_token,
+    largest_micro_tokens,
     model_shape,
     trainer_layout,
     trainer_memory,
+    usable,
 )
 from scalerl.planning.speed import (
     Speed,
@@ -41,7 +43,7 @@ from scalerl.planning.speed import (
     sized_engine,
     speed_lines,
 )
-from scalerl.planning.throughput import Workload
+from scalerl.planning.throughput import GPUS, Workload
 
 MAX_RANKS = 1024
 """Most FSDP2 ranks `DryRun.scale_out` searches."""
@@ -83,33 +85,48 @@ class DryRun:
     """The throughput plan of this layout, and of every split of the node (None: no GPU)."""
     engine_tp: int = 1
     """GPUs of one engine (engine.tensor_parallel_size as sized)."""
+    margin: float = 0.0
+    """plan.memory_margin: the share of each GPU the plan leaves free."""
+    micro_fit: int = 0
+    """The most tokens a packed micro-batch may hold in what the margin leaves (`room`), up
+    to a rank's tokens per step (0: unknown, no GPU)."""
+
+    @property
+    def usable(self) -> int:
+        """The bytes of a GPU the plan may use: (1 - margin) x the GPU."""
+        return usable(self.gpu_bytes, self.margin)
+
+    @property
+    def room(self) -> int:
+        """What a trainer rank may use: `usable`, less the engine on a shared GPU."""
+        shared = self.placement is not None and self.placement.shared
+        return self.usable - (sum(self.engine.values()) if shared else 0)
 
     @property
     def refusal(self) -> str:
-        """The one line saying why the layout cannot fit ("" when it fits or is unchecked)."""
+        """The one line saying why the layout cannot fit, or is refused as far slower than the
+        best split ("" when it fits or is unchecked)."""
         if not self.gpu_bytes:
             return ""
         shared = self.placement is not None and self.placement.shared
         trainer = sum(self.trainer.values()) + (sum(self.engine.values()) if shared else 0)
-        if trainer > self.gpu_bytes:
+        limit = (f"{gib(self.usable):.1f} GiB of the GPUs' {gib(self.gpu_bytes):.1f} "
+                 f"(plan.memory_margin {self.margin:g})")
+        if trainer > self.usable:
             what = "a trainer rank and the engine need" if shared else "a trainer rank needs"
-            return (f"does not fit: {what} {gib(trainer):.1f} GiB per GPU, the GPUs have "
-                    f"{gib(self.gpu_bytes):.1f} GiB; {self.advice()}")
-        if self.engine and not shared and sum(self.engine.values()) > self.engine_budget:
+            return f"does not fit: {what} {gib(trainer):.1f} GiB per GPU, over {limit}; " + \
+                self.advice()
+        if self.engine and not shared and sum(self.engine.values()) > min(self.engine_budget,
+                                                                          self.usable):
             return (f"does not fit: the engine needs {gib(self.engine):.1f} GiB, "
                     f"engine.memory_fraction allows {gib(self.engine_budget):.1f} GiB of its "
-                    "GPU: lower engine.kv_cache_gib or raise engine.memory_fraction")
-        return ""
+                    f"GPU and the margin {limit}: lower engine.kv_cache_gib, or "
+                    "engine.memory_fraction to at most 1 - plan.memory_margin")
+        return self.speed.refusal if self.speed is not None else ""
 
     def advice(self) -> str:
         """The largest micro-batch (in tokens) that would fit, as a setting."""
-        packed = dataclasses.replace(self.layout, padded_rows=0)
-        one, two = (sum(trainer_memory(self.shape, dataclasses.replace(packed, micro_tokens=n))
-                        .values()) for n in (1, 2))
-        room = self.gpu_bytes - (one - (two - one))
-        if self.placement is not None and self.placement.shared:
-            room -= sum(self.engine.values())
-        tokens = int(room // (two - one)) // 1024 * 1024 if room > 0 else 0
+        tokens = largest_micro_tokens(self.shape, self.layout, self.room)
         if tokens < 1024:
             return self.scale_out()
         return (f"set offpolicy.micro_batch_tokens to {tokens} or less (now "
@@ -123,11 +140,11 @@ class DryRun:
         for ranks in range(1, MAX_RANKS + 1):
             per_rank = sum(trainer_memory(self.shape, dataclasses.replace(sharded, ranks=ranks))
                            .values())
-            if per_rank <= self.gpu_bytes:
+            if per_rank <= self.usable:
                 break
         else:
-            return (f"no number of FSDP2 ranks up to {MAX_RANKS} fits a rank on "
-                    f"{gib(self.gpu_bytes):.1f} GiB: lower offpolicy.micro_batch_tokens")
+            return (f"no number of FSDP2 ranks up to {MAX_RANKS} fits a rank in "
+                    f"{gib(self.usable):.1f} GiB: lower offpolicy.micro_batch_tokens")
         gpus = max(self.gpus, 1)
         nodes = -(-(ranks + self.engine_tp) // gpus)
         return (f"the state alone does not fit: it needs {ranks} FSDP2 trainer ranks "
@@ -203,15 +220,30 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
     kv_tokens = kv_gib * GIB / kv_bytes_per_token(shape, e.dtype, e.tensor_parallel_size)
     per_step = o.prompts_per_step * o.rollouts_per_prompt
     in_flight = planned_in_flight(cfg)
+    shared = sum(engine.values()) if placement is not None and placement.shared else 0
+    fit = (micro_fit(shape, layout, work, usable(gpu_bytes, cfg.plan.memory_margin) - shared)
+           if gpu_bytes else 0)
+    bigger = (o.micro_batch_tokens is not None and fit > o.micro_batch_tokens
+              and fit >= e.max_model_len)
     speed = plan_speed(shape, e, gpu, world=world, local=local, placement=placement,
-                       work=work, found=found, in_flight=in_flight, recipe=recipe)
+                       work=work, found=found, in_flight=in_flight, recipe=recipe,
+                       max_slowdown=cfg.plan.max_slowdown, micro_tokens=fit if bigger else None)
     return DryRun(model=cfg.policy.model, shape=shape, gpus=gpus, gpu_bytes=gpu_bytes,
                   ranks=world, placement=placement, layout=layout,
                   trainer=trainer, engine=engine,
                   engine_budget=int(e.memory_fraction * gpu_bytes),
                   kv_sequences=kv_tokens / e.max_model_len, rollouts_per_step=per_step,
                   in_flight=in_flight, publish_bytes=shape.params * BYTES[e.dtype], speed=speed,
-                  engine_tp=e.tensor_parallel_size)
+                  engine_tp=e.tensor_parallel_size, margin=cfg.plan.memory_margin,
+                  micro_fit=fit)
+
+
+def micro_fit(shape: ModelShape, layout: TrainerLayout, work: Workload, room: int) -> int:
+    """The most tokens a packed micro-batch of `layout` may hold in `room` bytes (sizing.py
+    `largest_micro_tokens`), up to the tokens a rank trains on in one step: fewer, larger
+    micro-batches (fewer FSDP2 all-gathers per step)."""
+    per_rank = work.rollouts_per_step * work.sequence // layout.ranks // 1024 * 1024
+    return min(largest_micro_tokens(shape, layout, room), max(1024, per_rank))
 
 
 def planned_in_flight(cfg: RunConfig) -> int:
@@ -264,6 +296,23 @@ def table(run: DryRun) -> list[str]:
     return lines
 
 
+def margin_lines(run: DryRun) -> list[str]:
+    """The memory margin and what it leaves a micro-batch, as printed lines."""
+    if not run.gpu_bytes:
+        return []
+    lines = [f"memory margin: plan.memory_margin {run.margin:g} -> {gib(run.usable):.1f} of "
+             f"{gib(run.gpu_bytes):.1f} GiB per GPU planned; a trainer rank's peak "
+             f"{gib(run.trainer):.1f} GiB leaves {gib(run.room - sum(run.trainer.values())):.1f}"
+             " GiB"]
+    t = run.layout
+    if run.micro_fit > t.micro_tokens and not t.padded_rows:
+        lines.append(f"micro-batch: the memory left holds {run.micro_fit} tokens per micro-batch"
+                     f" (now {t.micro_tokens}): the launch line sets "
+                     f"offpolicy.micro_batch_tokens={run.micro_fit} (fewer, larger "
+                     "micro-batches)")
+    return lines
+
+
 def describe(run: DryRun) -> list[str]:
     """The dry run as printed lines."""
     s = run.shape
@@ -284,6 +333,7 @@ def describe(run: DryRun) -> list[str]:
     lines.append(f"micro-batch: {t.micro_tokens} tokens ({how}); per trainer rank, "
                  f"{'FSDP2 over ' + str(t.ranks) if t.sharded else 'whole'}:")
     lines += table(run)
+    lines += margin_lines(run)
     if run.engine:
         lines.append(f"engine: {gib(run.engine):.1f} GiB of its {gib(run.engine_budget):.1f} "
                      "GiB (engine.memory_fraction)" if run.engine_budget else
@@ -302,11 +352,12 @@ def describe(run: DryRun) -> list[str]:
 def dry_run(cfg: RunConfig, *, gpus: int | None, gpu_gib: float | None,
             ranks: int | None = None, gpu_name: str | None = None,
             completion_tokens: int | None = None, prompt_tokens: int | None = None,
-            recipe: str | None = None) -> DryRun:
+            recipe: str | None = None, completion_rms: float | None = None) -> DryRun:
     """The dry run on the GPUs told of, else on those this machine sees (PlacementError when
     the ranks or the engine cannot be placed); `gpu_name`: the GPU model (default: this
-    machine's, else by `gpu_gib`); the mean lengths: the throughput model's assumptions unless
-    given."""
+    machine's, else by `gpu_gib`), whose memory as CUDA reports it is taken when `gpu_gib` is
+    not given and no GPU is seen; the mean lengths (and `completion_rms`, sqrt(E[L^2])): the
+    throughput model's assumptions unless given."""
     if gpus is None:
         gpus = gpu_count()
     if gpus and (gpu_gib is None or gpu_name is None) and _cuda_devices():
@@ -315,7 +366,10 @@ def dry_run(cfg: RunConfig, *, gpus: int | None, gpu_gib: float | None,
         props = torch.cuda.get_device_properties(0)
         gpu_gib = props.total_memory / GIB if gpu_gib is None else gpu_gib
         gpu_name = props.name if gpu_name is None else gpu_name
-    work = workload(cfg, completion_tokens=completion_tokens, prompt_tokens=prompt_tokens)
+    if gpu_gib is None and gpu_name in GPUS:
+        gpu_gib = GPUS[gpu_name].cuda_gib
+    work = workload(cfg, completion_tokens=completion_tokens, prompt_tokens=prompt_tokens,
+                    completion_rms=completion_rms)
     return plan_run(cfg, config_dir(cfg.policy.model), gpus=gpus,
                     gpu_bytes=int((gpu_gib or 0.0) * GIB), ranks=ranks, gpu_name=gpu_name,
                     work=work, recipe=recipe)
