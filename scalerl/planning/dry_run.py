@@ -210,8 +210,11 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
                                    engines=e.data_parallel_size)
     layout = trainer_layout(cfg, world)
     trainer = trainer_memory(shape, layout)
-    e = sized_engine(shape, e, placement, gpu_bytes=gpu_bytes, context=work.context,
-                     trainer=trainer)
+    try:
+        e = sized_engine(shape, e, placement, gpu_bytes=gpu_bytes, context=work.context,
+                         trainer=trainer)
+    except PlacementError as err:  # e.g. a trainer rank on every GPU, the engine beside one
+        raise PlacementError(f"{err}{best_split(found, recipe)}") from None
     kv_gib = e.kv_cache_gib or 0.0
     engine = {} if e.servers else engine_memory(shape, dtype=e.dtype, kv_gib=kv_gib,
                                                 tp=e.tensor_parallel_size)
@@ -236,6 +239,18 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
                   in_flight=in_flight, publish_bytes=shape.params * BYTES[e.dtype], speed=speed,
                   engine_tp=e.tensor_parallel_size, margin=cfg.plan.memory_margin,
                   micro_fit=fit)
+
+
+def best_split(found: list, recipe: str | None) -> str:
+    """"; the fastest split that fits: launch `...`" ("" when none was searched or fits)."""
+    from scalerl.planning.layouts import fastest
+    from scalerl.planning.speed import launch_line
+
+    best = fastest(found) if found else None
+    if best is None:
+        return ""
+    return (f"; the fastest split that fits is {best.layout.ranks}:{best.layout.engines}: "
+            f"launch `{launch_line(best.layout.ranks, recipe, {})}`")
 
 
 def micro_fit(shape: ModelShape, layout: TrainerLayout, work: Workload, room: int) -> int:

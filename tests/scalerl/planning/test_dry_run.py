@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from published_configs import (
     write_config,
 )
 
+from scalerl.config import ConfigError, load_config
 from scalerl.planning.sizing import (
     ModelShape,
     TrainerLayout,
@@ -264,3 +266,50 @@ def test_the_planned_rollouts_in_flight_are_the_pipelines_cap_in_whole_prompts()
     assert planned("offpolicy.max_in_flight=950") == 60 * 16  # ceil(950 / 16) prompts
     assert planned("offpolicy.max_in_flight=10000") == 48 * 16 * 9  # never past the window
     assert planned("offpolicy.mode=ppo", "offpolicy.k=2") == 48 * 16 * 2  # k batches
+
+
+def test_a_launch_far_slower_than_the_best_split_is_refused_naming_it(tmp_path):
+    path = write_config(tmp_path, QWEN3_8B)
+    # torchrun --nproc_per_node 7 on 8 H100s: 7 trainer ranks, 1 engine; its step is ~4x 4:4's
+    launch = {"LOCAL_WORLD_SIZE": "7", "WORLD_SIZE": "7", "RANK": "0"}
+    code, out, err, _ = dry_run(path, "--gpus", "8", "--gpu", "H100-SXM", env=launch)
+    assert code == 2
+    (line,) = err.strip().splitlines()
+    assert "refused: 7 trainer ranks : 1 engine(s) is predicted" in line
+    assert "slower per step than 4:4" in line and "over plan.max_slowdown 3" in line
+    assert ("launch `torchrun --nproc_per_node 4 -m scalerl train --config scalerl`" in line
+            and "--set plan.max_slowdown=null" in line)
+    assert "  * 4:4" not in out and "7:1  trainer rank" in out  # every split is still shown
+    # the override, and a factor the split passes
+    for override in ("plan.max_slowdown=null", "plan.max_slowdown=5"):
+        code, _, err, _ = dry_run(path, "--gpus", "8", "--gpu", "H100-SXM", "--set", override,
+                                  env=launch)
+        assert code == 0, err
+    # the documented worst launch, a trainer rank on all 8 GPUs and the engine beside one:
+    # no KV cache left, and the fastest split named
+    code, _, err, _ = dry_run(path, "--gpus", "8", "--gpu", "H100-SXM", "--ranks", "8")
+    assert code == 2 and "not one 16384-token sequence" in err
+    assert "the fastest split that fits is 4:4: launch `torchrun --nproc_per_node 4" in err
+
+
+def test_the_completion_lengths_spread_sets_the_running_context(tmp_path):
+    path = write_config(tmp_path, QWEN3_8B)
+    # sqrt(E[L^2]) = 8,000 over a 7,168 mean: 512 + 8000^2 / (2 x 7168) = 4,976 tokens, and the
+    # 389,038 tokens of KV an H100 engine holds give 78 sequences
+    code, out, err, _ = dry_run(path, "--gpus", "8", "--gpu", "H100-SXM", "--completion-rms",
+                                "8000")
+    assert code == 0, err
+    assert "decode context 4976 tokens" in out and "max_num_seqs 78" in out
+    code, _, err, _ = dry_run(path, "--gpus", "8", "--gpu", "H100-SXM", "--completion-rms",
+                              "5000")  # below the mean: E[L^2] < E[L]^2
+    assert code == 2 and "E[L^2] >= E[L]^2" in err
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ("plan.memory_margin=0.5", "plan.memory_margin = 0.5: must be in [0, 0.5)"),
+    ("plan.memory_margin=-0.1", "plan.memory_margin = -0.1: must be in [0, 0.5)"),
+    ("plan.max_slowdown=0.5", "plan.max_slowdown = 0.5: must be >= 1, or null"),
+])
+def test_the_plan_settings_are_checked_in_one_line(setting, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config("scalerl", [setting])
