@@ -181,7 +181,7 @@ def load_config(name_or_path: str | None = None, overrides: list[str] = ()) -> R
     return config_from_data(read_recipe(name_or_path), overrides)
 
 
-RESUMABLE: tuple[str, ...] = ("steps", "val", "checkpoint", "log", "sandbox", "verifiers",
+RESUMABLE: tuple[str, ...] = ("steps", "val", "checkpoint", "log", "sandbox", "verifiers", "plan",
                               "filters.max_error_frac", "filters.error_patience",
                               "engine.weight_timeout_s", "engine.start_timeout_s",
                               "engine.server_timeout_s",
