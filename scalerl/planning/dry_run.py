@@ -5,10 +5,12 @@ fetches that one file), places the trainer ranks and the engine as the run would
 (scalerl/planning/placement.py) on the GPUs seen or told of, and sizes each trainer rank and the
 engine with scalerl/planning/sizing.py's memory model: weights, gradients, optimizer, all-gathered
 layers, activations at the micro-batch's tokens, logits chunks, the norms' fp32 copies, the FP32
-head's operand copy, FSDP2's fp32 reduce-scatter buffers, rank 0's publish staging and the
-allocator's fragmentation; the engine's KV capacity in
-full-length sequences, the rollouts in flight and the bytes of each publish. `DryRun.refusal` is the
-one line a layout that cannot fit gets. No GPU memory is allocated and nothing starts.
+head's operand copy and its fallback temporary, FSDP2's fp32 reduce-scatter buffers, rank 0's
+publish staging and the allocator's fragmentation; the memory margin (`plan.memory_margin`) and
+the micro-batch the room it leaves holds (scalerl/planning/advice.py); the engine's KV capacity
+in full-length sequences, the rollouts in flight and the bytes of each publish. `DryRun.refusal`
+is the one line a layout gets that cannot fit within the margin, or whose step is over
+`plan.max_slowdown` x the fastest split's. No GPU memory is allocated and nothing starts.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 from dataclasses import asdict, dataclass
 
 from scalerl.config import RunConfig
+from scalerl.planning.advice import best_split, bigger_micro, micro_fit
 from scalerl.planning.layouts import workload
 from scalerl.planning.placement import Placement, PlacementError, gpu_count, plan_placement
 from scalerl.planning.sizing import (
@@ -224,13 +227,12 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
     per_step = o.prompts_per_step * o.rollouts_per_prompt
     in_flight = planned_in_flight(cfg)
     shared = sum(engine.values()) if placement is not None and placement.shared else 0
-    fit = (micro_fit(shape, layout, work, usable(gpu_bytes, cfg.plan.memory_margin) - shared)
-           if gpu_bytes else 0)
-    bigger = (o.micro_batch_tokens is not None and fit > o.micro_batch_tokens
-              and fit >= e.max_model_len)
+    fit = micro_fit(shape, layout, work, usable(gpu_bytes, cfg.plan.memory_margin) - shared
+                    ) if gpu_bytes else 0
     speed = plan_speed(shape, e, gpu, world=world, local=local, placement=placement,
                        work=work, found=found, in_flight=in_flight, recipe=recipe,
-                       max_slowdown=cfg.plan.max_slowdown, micro_tokens=fit if bigger else None)
+                       max_slowdown=cfg.plan.max_slowdown,
+                       micro_tokens=bigger_micro(fit, o.micro_batch_tokens, e.max_model_len))
     return DryRun(model=cfg.policy.model, shape=shape, gpus=gpus, gpu_bytes=gpu_bytes,
                   ranks=world, placement=placement, layout=layout,
                   trainer=trainer, engine=engine,
@@ -239,26 +241,6 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
                   in_flight=in_flight, publish_bytes=shape.params * BYTES[e.dtype], speed=speed,
                   engine_tp=e.tensor_parallel_size, margin=cfg.plan.memory_margin,
                   micro_fit=fit)
-
-
-def best_split(found: list, recipe: str | None) -> str:
-    """"; the fastest split that fits: launch `...`" ("" when none was searched or fits)."""
-    from scalerl.planning.layouts import fastest
-    from scalerl.planning.speed import launch_line
-
-    best = fastest(found) if found else None
-    if best is None:
-        return ""
-    return (f"; the fastest split that fits is {best.layout.ranks}:{best.layout.engines}: "
-            f"launch `{launch_line(best.layout.ranks, recipe, {})}`")
-
-
-def micro_fit(shape: ModelShape, layout: TrainerLayout, work: Workload, room: int) -> int:
-    """The most tokens a packed micro-batch of `layout` may hold in `room` bytes (sizing.py
-    `largest_micro_tokens`), up to the tokens a rank trains on in one step: fewer, larger
-    micro-batches (fewer FSDP2 all-gathers per step)."""
-    per_rank = work.rollouts_per_step * work.sequence // layout.ranks // 1024 * 1024
-    return min(largest_micro_tokens(shape, layout, room), max(1024, per_rank))
 
 
 def planned_in_flight(cfg: RunConfig) -> int:
@@ -319,12 +301,13 @@ def margin_lines(run: DryRun) -> list[str]:
              f"{gib(run.gpu_bytes):.1f} GiB per GPU planned; a trainer rank's peak "
              f"{gib(run.trainer):.1f} GiB leaves {gib(run.room - sum(run.trainer.values())):.1f}"
              " GiB"]
-    t = run.layout
-    if run.micro_fit > t.micro_tokens and not t.padded_rows:
+    t, setting = run.layout, f"offpolicy.micro_batch_tokens={run.micro_fit}"
+    if run.micro_fit > t.micro_tokens:
+        sets = run.speed is not None and setting in run.speed.launch
         lines.append(f"micro-batch: the memory left holds {run.micro_fit} tokens per micro-batch"
-                     f" (now {t.micro_tokens}): the launch line sets "
-                     f"offpolicy.micro_batch_tokens={run.micro_fit} (fewer, larger "
-                     "micro-batches)")
+                     f" (now {t.micro_tokens}" + (f"): the launch line sets {setting} (fewer, "
+                                                  "larger micro-batches)" if sets else
+                                                  f"; {setting} with packed rows)"))
     return lines
 
 
