@@ -205,12 +205,7 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
                                        default=launch_ranks(gpus, cfg, ranks))
     cfg = searched_tp(cfg, found)
     e, o = cfg.engine, cfg.offpolicy
-    placement = None
-    if gpus and not e.servers:
-        visible = [str(i) for i in range(gpus)]
-        placement = plan_placement(visible, local, e.tensor_parallel_size, e.devices,
-                                   exclusive=e.weight_transfer == "nccl",
-                                   engines=e.data_parallel_size)
+    placement = place(e, gpus, local)
     layout = trainer_layout(cfg, world)
     trainer = trainer_memory(shape, layout)
     try:
@@ -241,6 +236,16 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
                   in_flight=in_flight, publish_bytes=shape.params * BYTES[e.dtype], speed=speed,
                   engine_tp=e.tensor_parallel_size, margin=cfg.plan.memory_margin,
                   micro_fit=fit)
+
+
+def place(e, gpus: int, local: int) -> Placement | None:
+    """Which of `gpus` GPUs train (`local` ranks) and which generate, for engine config `e`
+    (None: no GPUs, or engine.servers)."""
+    if not gpus or e.servers:
+        return None
+    return plan_placement([str(i) for i in range(gpus)], local, e.tensor_parallel_size,
+                          e.devices, exclusive=e.weight_transfer == "nccl",
+                          engines=e.data_parallel_size)
 
 
 def planned_in_flight(cfg: RunConfig) -> int:
