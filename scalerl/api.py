@@ -226,7 +226,8 @@ def train(config: str | Path | RunConfig | None = None,
     args = command_args("train", dict(config=None if base is not None else config, set=sets,
                                       run_dir=run_dir, resume=resume, **options),
                         excluded=("print_config", "dry_run", "json", "gpus", "gpu_gib", "ranks",
-                                  "gpu", "completion_tokens", "prompt_tokens"))
+                                  "gpu", "completion_tokens", "prompt_tokens",
+                                  "completion_rms"))
     done = command.train(args, base)
     if done is None:
         return None

@@ -28,8 +28,8 @@ from scalerl.rollout.types import Budget
 from scalerl.sandbox.config import SandboxConfig
 from scalerl.trainer.config import LogConfig, TrainerConfig, check_fields
 
-__all__ = ["ConfigError", "RunConfig", "TaskMix", "build", "load_config", "recipe_names",
-           "resume_config", "to_dict", "validate"]
+__all__ = ["ConfigError", "PlanConfig", "RunConfig", "TaskMix", "build", "load_config",
+           "recipe_names", "resume_config", "to_dict", "validate"]
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
 DEFAULT_RECIPE = "tiny-cpu"
@@ -68,6 +68,30 @@ class TaskMix:
 
 
 @dataclass(frozen=True)
+class PlanConfig:
+    """How the dry run and a launch judge a layout of the node (scalerl/planning/)."""
+
+    memory_margin: float = 0.1
+    """Share of each GPU's memory, as CUDA reports it (an 80 GB H100 reports 81,559 MiB, 79.6
+    GiB), that the memory model's peak must leave free: a trainer rank (and an engine sharing
+    its GPU) fits only at <= (1 - memory_margin) x the GPU, an engine only at <= (1 -
+    memory_margin) x its GPU. 0.1 until scripts/gpu-check has measured the model's terms
+    (docs/gpu.md); 0 trusts the model to the byte."""
+    max_slowdown: float | None = 3.0
+    """A launch (or a dry run whose ranks are given) whose predicted step is more than this many
+    times the fastest fitting split's is refused, naming that split's launch line; null never
+    refuses."""
+
+    SECTION = "plan"
+
+    def __post_init__(self) -> None:
+        check_fields(self, [
+            (0 <= self.memory_margin < 0.5, "memory_margin", "must be in [0, 0.5)"),
+            (self.max_slowdown is None or self.max_slowdown >= 1, "max_slowdown",
+             "must be >= 1, or null (never refuse)")])
+
+
+@dataclass(frozen=True)
 class RunConfig(TrainerConfig):
     """Everything one `scalerl train` run needs."""
 
@@ -82,6 +106,9 @@ class RunConfig(TrainerConfig):
     verifiers: VerifierConfig = field(default_factory=VerifierConfig)
     """How the verifiers themselves run: the math-verify pool's size (envs/grading.py
     `VerifierConfig`)."""
+    plan: PlanConfig = field(default_factory=PlanConfig)
+    """How the dry run and a launch judge the split of the node: the memory margin, the
+    slowest launch allowed (`PlanConfig`)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -154,7 +181,7 @@ def load_config(name_or_path: str | None = None, overrides: list[str] = ()) -> R
     return config_from_data(read_recipe(name_or_path), overrides)
 
 
-RESUMABLE: tuple[str, ...] = ("steps", "val", "checkpoint", "log", "sandbox", "verifiers",
+RESUMABLE: tuple[str, ...] = ("steps", "val", "checkpoint", "log", "sandbox", "verifiers", "plan",
                               "filters.max_error_frac", "filters.error_patience",
                               "engine.weight_timeout_s", "engine.start_timeout_s",
                               "engine.server_timeout_s",

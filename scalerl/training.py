@@ -94,6 +94,31 @@ def place_gpus(cfg: RunConfig) -> Placement | None:
     return placement
 
 
+def refuse_slow_launch(cfg: RunConfig, placement: Placement | None, model_path: str,
+                       recipe: str | None) -> None:
+    """ConfigError (one line naming the fastest split's launch) when this launch's predicted
+    step is over `plan.max_slowdown` x that split's, or its engine has no room beside a
+    trainer rank: the dry run of the launch as it is (scalerl/planning/dry_run.py `plan_run`,
+    the launcher's ranks, this node's GPUs). Nothing to judge without local engines."""
+    if placement is None or cfg.plan.max_slowdown is None:
+        return
+    import torch
+
+    from scalerl.planning.dry_run import plan_run
+    from scalerl.planning.placement import PlacementError
+
+    props = torch.cuda.get_device_properties(0)
+    try:
+        run = plan_run(cfg, model_path, gpus=len(os.environ[LAUNCH_GPUS].split(",")),
+                       gpu_bytes=props.total_memory, gpu_name=props.name, recipe=recipe)
+    except PlacementError as e:
+        raise ConfigError(str(e)) from None
+    except ValueError:  # what the start's own checks refuse in their own words
+        return
+    if run.speed is not None and run.speed.refusal:
+        raise ConfigError(run.speed.refusal)
+
+
 def engines_sized(cfg: RunConfig, placement: Placement | None, model_path: str,
                   ranks: int) -> RunConfig:
     """`cfg` with its engines as placed and, where null, their KV cache and max_num_seqs from
@@ -331,6 +356,7 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
         torch.cuda.init()
         check_cuda_view(placement, torch.cuda.device_count())
     if accelerator.is_main_process:
+        refuse_slow_launch(cfg, placement, model_path, recipe)
         cfg = engines_sized(cfg, placement, model_path, accelerator.num_processes)
         if placement is not None and placement.shared:  # before the policy is there
             cfg = share_gpu(cfg, placement, model_path, accelerator.num_processes)

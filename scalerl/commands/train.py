@@ -93,6 +93,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "longest the budgets allow; a run's rollout/length_mean)")
     parser.add_argument("--prompt-tokens", type=int, default=None, metavar="N",
                         help="with --dry-run: mean prompt length (default 512)")
+    parser.add_argument("--completion-rms", type=int, default=None, metavar="N",
+                        help="with --dry-run: root mean square completion length, sqrt(E[L^2]) "
+                             "from a run's length histogram (default: lengths even over [0, 2 x "
+                             "mean]); running sequences are length-biased")
     add_task_args(parser)
 
 
@@ -258,7 +262,7 @@ def dry_run_command(cfg: RunConfig, args: argparse.Namespace) -> int:
 
     if not rank0():
         return 0
-    for flag in ("gpus", "ranks", "completion_tokens", "prompt_tokens"):
+    for flag in ("gpus", "ranks", "completion_tokens", "prompt_tokens", "completion_rms"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             print(f"scalerl train: --{flag.replace('_', '-')} must be >= 1, got "
                   f"{getattr(args, flag)}", file=sys.stderr)
@@ -270,7 +274,8 @@ def dry_run_command(cfg: RunConfig, args: argparse.Namespace) -> int:
     try:
         plan = dry_run(cfg, gpus=args.gpus, gpu_gib=args.gpu_gib, ranks=args.ranks,
                        gpu_name=args.gpu, completion_tokens=args.completion_tokens,
-                       prompt_tokens=args.prompt_tokens, recipe=args.config)
+                       prompt_tokens=args.prompt_tokens, recipe=args.config,
+                       completion_rms=args.completion_rms)
     except (PlacementError, OSError, ValueError) as e:
         print(f"scalerl train: --dry-run: {' '.join(str(e).split())}", file=sys.stderr)
         return 2

@@ -5,10 +5,12 @@ fetches that one file), places the trainer ranks and the engine as the run would
 (scalerl/planning/placement.py) on the GPUs seen or told of, and sizes each trainer rank and the
 engine with scalerl/planning/sizing.py's memory model: weights, gradients, optimizer, all-gathered
 layers, activations at the micro-batch's tokens, logits chunks, the norms' fp32 copies, the FP32
-head's operand copy, FSDP2's fp32 reduce-scatter buffers, rank 0's publish staging and the
-allocator's fragmentation; the engine's KV capacity in
-full-length sequences, the rollouts in flight and the bytes of each publish. `DryRun.refusal` is the
-one line a layout that cannot fit gets. No GPU memory is allocated and nothing starts.
+head's operand copy and its fallback temporary, FSDP2's fp32 reduce-scatter buffers, rank 0's
+publish staging and the allocator's fragmentation; the memory margin (`plan.memory_margin`) and
+the micro-batch the room it leaves holds (scalerl/planning/advice.py); the engine's KV capacity
+in full-length sequences, the rollouts in flight and the bytes of each publish. `DryRun.refusal`
+is the one line a layout gets that cannot fit within the margin, or whose step is over
+`plan.max_slowdown` x the fastest split's. No GPU memory is allocated and nothing starts.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 from dataclasses import asdict, dataclass
 
 from scalerl.config import RunConfig
+from scalerl.planning.advice import best_split, bigger_micro, micro_fit
 from scalerl.planning.balance import balance_lines
 from scalerl.planning.layouts import workload
 from scalerl.planning.placement import Placement, PlacementError, gpu_count, plan_placement
@@ -29,9 +32,11 @@ from scalerl.planning.sizing import (
     engine_memory,
     gib,
     kv_bytes_per_token,
+    largest_micro_tokens,
     model_shape,
     trainer_layout,
     trainer_memory,
+    usable,
 )
 from scalerl.planning.speed import (
     Speed,
@@ -42,7 +47,7 @@ from scalerl.planning.speed import (
     sized_engine,
     speed_lines,
 )
-from scalerl.planning.throughput import Workload
+from scalerl.planning.throughput import GPUS, Workload
 
 MAX_RANKS = 1024
 """Most FSDP2 ranks `DryRun.scale_out` searches."""
@@ -84,33 +89,48 @@ class DryRun:
     """The throughput plan of this layout, and of every split of the node (None: no GPU)."""
     engine_tp: int = 1
     """GPUs of one engine (engine.tensor_parallel_size as sized)."""
+    margin: float = 0.0
+    """plan.memory_margin: the share of each GPU the plan leaves free."""
+    micro_fit: int = 0
+    """The most tokens a packed micro-batch may hold in what the margin leaves (`room`), up
+    to a rank's tokens per step (0: unknown, no GPU)."""
+
+    @property
+    def usable(self) -> int:
+        """The bytes of a GPU the plan may use: (1 - margin) x the GPU."""
+        return usable(self.gpu_bytes, self.margin)
+
+    @property
+    def room(self) -> int:
+        """What a trainer rank may use: `usable`, less the engine on a shared GPU."""
+        shared = self.placement is not None and self.placement.shared
+        return self.usable - (sum(self.engine.values()) if shared else 0)
 
     @property
     def refusal(self) -> str:
-        """The one line saying why the layout cannot fit ("" when it fits or is unchecked)."""
+        """The one line saying why the layout cannot fit, or is refused as far slower than the
+        best split ("" when it fits or is unchecked)."""
         if not self.gpu_bytes:
             return ""
         shared = self.placement is not None and self.placement.shared
         trainer = sum(self.trainer.values()) + (sum(self.engine.values()) if shared else 0)
-        if trainer > self.gpu_bytes:
+        limit = (f"{gib(self.usable):.1f} GiB of the GPUs' {gib(self.gpu_bytes):.1f} "
+                 f"(plan.memory_margin {self.margin:g})")
+        if trainer > self.usable:
             what = "a trainer rank and the engine need" if shared else "a trainer rank needs"
-            return (f"does not fit: {what} {gib(trainer):.1f} GiB per GPU, the GPUs have "
-                    f"{gib(self.gpu_bytes):.1f} GiB; {self.advice()}")
-        if self.engine and not shared and sum(self.engine.values()) > self.engine_budget:
+            return f"does not fit: {what} {gib(trainer):.1f} GiB per GPU, over {limit}; " + \
+                self.advice()
+        if self.engine and not shared and sum(self.engine.values()) > min(self.engine_budget,
+                                                                          self.usable):
             return (f"does not fit: the engine needs {gib(self.engine):.1f} GiB, "
                     f"engine.memory_fraction allows {gib(self.engine_budget):.1f} GiB of its "
-                    "GPU: lower engine.kv_cache_gib or raise engine.memory_fraction")
-        return ""
+                    f"GPU and the margin {limit}: lower engine.kv_cache_gib, or "
+                    "engine.memory_fraction to at most 1 - plan.memory_margin")
+        return self.speed.refusal if self.speed is not None else ""
 
     def advice(self) -> str:
         """The largest micro-batch (in tokens) that would fit, as a setting."""
-        packed = dataclasses.replace(self.layout, padded_rows=0)
-        one, two = (sum(trainer_memory(self.shape, dataclasses.replace(packed, micro_tokens=n))
-                        .values()) for n in (1, 2))
-        room = self.gpu_bytes - (one - (two - one))
-        if self.placement is not None and self.placement.shared:
-            room -= sum(self.engine.values())
-        tokens = int(room // (two - one)) // 1024 * 1024 if room > 0 else 0
+        tokens = largest_micro_tokens(self.shape, self.layout, self.room)
         if tokens < 1024:
             return self.scale_out()
         return (f"set offpolicy.micro_batch_tokens to {tokens} or less (now "
@@ -124,11 +144,11 @@ class DryRun:
         for ranks in range(1, MAX_RANKS + 1):
             per_rank = sum(trainer_memory(self.shape, dataclasses.replace(sharded, ranks=ranks))
                            .values())
-            if per_rank <= self.gpu_bytes:
+            if per_rank <= self.usable:
                 break
         else:
-            return (f"no number of FSDP2 ranks up to {MAX_RANKS} fits a rank on "
-                    f"{gib(self.gpu_bytes):.1f} GiB: lower offpolicy.micro_batch_tokens")
+            return (f"no number of FSDP2 ranks up to {MAX_RANKS} fits a rank in "
+                    f"{gib(self.usable):.1f} GiB: lower offpolicy.micro_batch_tokens")
         gpus = max(self.gpus, 1)
         nodes = -(-(ranks + self.engine_tp) // gpus)
         return (f"the state alone does not fit: it needs {ranks} FSDP2 trainer ranks "
@@ -186,16 +206,14 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
                                        default=launch_ranks(gpus, cfg, ranks))
     cfg = searched_tp(cfg, found)
     e, o = cfg.engine, cfg.offpolicy
-    placement = None
-    if gpus and not e.servers:
-        visible = [str(i) for i in range(gpus)]
-        placement = plan_placement(visible, local, e.tensor_parallel_size, e.devices,
-                                   exclusive=e.weight_transfer == "nccl",
-                                   engines=e.data_parallel_size)
+    placement = place(e, gpus, local)
     layout = trainer_layout(cfg, world)
     trainer = trainer_memory(shape, layout)
-    e = sized_engine(shape, e, placement, gpu_bytes=gpu_bytes, context=work.context,
-                     trainer=trainer)
+    try:
+        e = sized_engine(shape, e, placement, gpu_bytes=gpu_bytes, context=work.context,
+                         trainer=trainer)
+    except PlacementError as err:  # e.g. a trainer rank on every GPU, the engine beside one
+        raise PlacementError(f"{err}{best_split(found, recipe)}") from None
     kv_gib = e.kv_cache_gib or 0.0
     engine = {} if e.servers else engine_memory(shape, dtype=e.dtype, kv_gib=kv_gib,
                                                 tp=e.tensor_parallel_size)
@@ -204,15 +222,31 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
     kv_tokens = kv_gib * GIB / kv_bytes_per_token(shape, e.dtype, e.tensor_parallel_size)
     per_step = o.prompts_per_step * o.rollouts_per_prompt
     in_flight = planned_in_flight(cfg)
+    shared = sum(engine.values()) if placement is not None and placement.shared else 0
+    fit = micro_fit(shape, layout, work, usable(gpu_bytes, cfg.plan.memory_margin) - shared
+                    ) if gpu_bytes else 0
     speed = plan_speed(shape, e, gpu, world=world, local=local, placement=placement,
-                       work=work, found=found, in_flight=in_flight, recipe=recipe)
+                       work=work, found=found, in_flight=in_flight, recipe=recipe,
+                       max_slowdown=cfg.plan.max_slowdown,
+                       micro_tokens=bigger_micro(fit, o.micro_batch_tokens, e.max_model_len))
     return DryRun(model=cfg.policy.model, shape=shape, gpus=gpus, gpu_bytes=gpu_bytes,
                   ranks=world, placement=placement, layout=layout,
                   trainer=trainer, engine=engine,
                   engine_budget=int(e.memory_fraction * gpu_bytes),
                   kv_sequences=kv_tokens / e.max_model_len, rollouts_per_step=per_step,
                   in_flight=in_flight, publish_bytes=shape.params * BYTES[e.dtype], speed=speed,
-                  engine_tp=e.tensor_parallel_size)
+                  engine_tp=e.tensor_parallel_size, margin=cfg.plan.memory_margin,
+                  micro_fit=fit)
+
+
+def place(e, gpus: int, local: int) -> Placement | None:
+    """Which of `gpus` GPUs train (`local` ranks) and which generate, for engine config `e`
+    (None: no GPUs, or engine.servers)."""
+    if not gpus or e.servers:
+        return None
+    return plan_placement([str(i) for i in range(gpus)], local, e.tensor_parallel_size,
+                          e.devices, exclusive=e.weight_transfer == "nccl",
+                          engines=e.data_parallel_size)
 
 
 def planned_in_flight(cfg: RunConfig) -> int:
@@ -265,6 +299,24 @@ def table(run: DryRun) -> list[str]:
     return lines
 
 
+def margin_lines(run: DryRun) -> list[str]:
+    """The memory margin and what it leaves a micro-batch, as printed lines."""
+    if not run.gpu_bytes:
+        return []
+    lines = [f"memory margin: plan.memory_margin {run.margin:g} -> {gib(run.usable):.1f} of "
+             f"{gib(run.gpu_bytes):.1f} GiB per GPU planned; a trainer rank's peak "
+             f"{gib(run.trainer):.1f} GiB leaves {gib(run.room - sum(run.trainer.values())):.1f}"
+             " GiB"]
+    t, setting = run.layout, f"offpolicy.micro_batch_tokens={run.micro_fit}"
+    if run.micro_fit > t.micro_tokens:
+        sets = run.speed is not None and setting in run.speed.launch
+        lines.append(f"micro-batch: the memory left holds {run.micro_fit} tokens per micro-batch"
+                     f" (now {t.micro_tokens}" + (f"): the launch line sets {setting} (fewer, "
+                                                  "larger micro-batches)" if sets else
+                                                  f"; {setting} with packed rows)"))
+    return lines
+
+
 def describe(run: DryRun) -> list[str]:
     """The dry run as printed lines."""
     s = run.shape
@@ -287,6 +339,7 @@ def describe(run: DryRun) -> list[str]:
     lines += table(run)
     lines += balance_lines(run.shape, run.speed.workload if run.speed else None, run.ranks,
                            t.micro_tokens, packed=not t.padded_rows)
+    lines += margin_lines(run)
     if run.engine:
         lines.append(f"engine: {gib(run.engine):.1f} GiB of its {gib(run.engine_budget):.1f} "
                      "GiB (engine.memory_fraction)" if run.engine_budget else
@@ -305,11 +358,12 @@ def describe(run: DryRun) -> list[str]:
 def dry_run(cfg: RunConfig, *, gpus: int | None, gpu_gib: float | None,
             ranks: int | None = None, gpu_name: str | None = None,
             completion_tokens: int | None = None, prompt_tokens: int | None = None,
-            recipe: str | None = None) -> DryRun:
+            recipe: str | None = None, completion_rms: float | None = None) -> DryRun:
     """The dry run on the GPUs told of, else on those this machine sees (PlacementError when
     the ranks or the engine cannot be placed); `gpu_name`: the GPU model (default: this
-    machine's, else by `gpu_gib`); the mean lengths: the throughput model's assumptions unless
-    given."""
+    machine's, else by `gpu_gib`), whose memory as CUDA reports it is taken when `gpu_gib` is
+    not given and no GPU is seen; the mean lengths (and `completion_rms`, sqrt(E[L^2])): the
+    throughput model's assumptions unless given."""
     if gpus is None:
         gpus = gpu_count()
     if gpus and (gpu_gib is None or gpu_name is None) and _cuda_devices():
@@ -318,7 +372,10 @@ def dry_run(cfg: RunConfig, *, gpus: int | None, gpu_gib: float | None,
         props = torch.cuda.get_device_properties(0)
         gpu_gib = props.total_memory / GIB if gpu_gib is None else gpu_gib
         gpu_name = props.name if gpu_name is None else gpu_name
-    work = workload(cfg, completion_tokens=completion_tokens, prompt_tokens=prompt_tokens)
+    if gpu_gib is None and gpu_name in GPUS:
+        gpu_gib = GPUS[gpu_name].cuda_gib
+    work = workload(cfg, completion_tokens=completion_tokens, prompt_tokens=prompt_tokens,
+                    completion_rms=completion_rms)
     return plan_run(cfg, config_dir(cfg.policy.model), gpus=gpus,
                     gpu_bytes=int((gpu_gib or 0.0) * GIB), ranks=ranks, gpu_name=gpu_name,
                     work=work, recipe=recipe)

@@ -32,6 +32,7 @@ from scalerl.planning.sizing import (
     model_shape,
     trainer_layout,
     trainer_memory,
+    usable,
 )
 from scalerl.planning.throughput import Gpu, Throughput, Workload, max_num_seqs_for, throughput
 from scalerl.rollout.engine_config import EngineConfig
@@ -48,10 +49,14 @@ MAX_TP = 8
 
 
 def workload(cfg: RunConfig, *, completion_tokens: int | None = None,
-             prompt_tokens: int | None = None) -> Workload:
+             prompt_tokens: int | None = None, completion_rms: float | None = None
+             ) -> Workload:
     """One step of `cfg`: its rollouts, their mean lengths (the assumptions above unless
-    given), its steps; PipelineRL overlaps generation and training, PPO-offpolicy-k publishes
-    once per k steps."""
+    given; `completion_rms`: sqrt(E[L^2]), else throughput.py's LENGTH_CV2), its steps;
+    PipelineRL overlaps generation and training, PPO-offpolicy-k publishes once per k steps;
+    validation on the training engines (val.limit x val.n per task; none with val.servers, or
+    with val.limit null: its size is the test splits', unknown here) and checkpoints at their
+    cadence."""
     o = cfg.offpolicy
     prompt = PROMPT_TOKENS if prompt_tokens is None else prompt_tokens
     if completion_tokens is None:
@@ -59,10 +64,17 @@ def workload(cfg: RunConfig, *, completion_tokens: int | None = None,
         longest = sum(t.weight * t.budget.hard_cap(0) for t in cfg.tasks) / weights
         longest = min(longest, cfg.engine.max_model_len - prompt)
         completion_tokens = max(1, int(COMPLETION_SHARE * longest))
+    v, c = cfg.val, cfg.checkpoint
     return Workload(rollouts_per_step=o.prompts_per_step * o.rollouts_per_prompt,
                     prompt_tokens=prompt, completion_tokens=completion_tokens, steps=cfg.steps,
                     overlap=o.mode == "pipelinerl",
-                    steps_per_publish=1 if o.mode == "pipelinerl" else o.k)
+                    steps_per_publish=1 if o.mode == "pipelinerl" else o.k,
+                    completion_sq_mean=None if completion_rms is None else completion_rms ** 2,
+                    val_rollouts=(0 if v.servers or v.limit is None
+                                  else v.limit * v.n * len(cfg.tasks)),
+                    val_every=max(0, v.every), checkpoint_every=max(0, c.every),
+                    checkpoint_every_s=max(0.0, c.every_s),
+                    sharded=cfg.policy.sharding == "fsdp2")
 
 
 def kv_bytes_from_gpu(shape: ModelShape, e: EngineConfig, gpu_bytes: int,
@@ -124,7 +136,8 @@ class Candidate:
     trainer_bytes: int
     """Peak bytes on one trainer GPU."""
     fits: bool
-    """A trainer rank fits its GPU (the engines' KV is sized to theirs)."""
+    """A trainer rank fits (1 - plan.memory_margin) of its GPU (the engines' KV is sized to
+    theirs)."""
     speed: Throughput | None
     """Its predicted speed (None when the engines' GPU holds no sequence)."""
 
@@ -141,7 +154,8 @@ def candidate(cfg: RunConfig, shape: ModelShape, layout: Layout, *, world: int, 
     speed = throughput(shape, gpu, dataclasses.replace(layout, ranks=world), work,
                        dtype=e.dtype, kv_bytes=int(e.kv_cache_gib * GIB),
                        max_num_seqs=e.max_num_seqs, transfer=e.weight_transfer)
-    return Candidate(layout, trainer, trainer <= gpu_bytes, speed)
+    return Candidate(layout, trainer, trainer <= usable(gpu_bytes, cfg.plan.memory_margin),
+                     speed)
 
 
 def candidates(cfg: RunConfig, shape: ModelShape, *, gpus: int, gpu: Gpu, gpu_bytes: int,

@@ -181,7 +181,10 @@ def missed_terms(shape: ModelShape, t: TrainerLayout, state: int, compute: int, 
     of the root's and a layer's. `publish_staging` (rank 0, between steps, when the caching
     allocator still holds the step's blocks): the largest tensor gathered in fp32 and its cast
     to the engine's dtype; with nccl every tensor in the engine's dtype
-    (trainer/publish.py `NCCLPublisher.prepare`)."""
+    (trainer/publish.py `NCCLPublisher.prepare`). `head_fallback`: when CUDA's
+    `addmm(out_dtype=float32)` refuses an fp32 `self` (trainer/head.py `_addmm_fp32`, not run on
+    a GPU yet), the weight gradient is summed through one fp32 (vocab, hidden) temporary,
+    counted whenever the FP32 head's operands are narrower than fp32."""
     out = {}
     if compute < 4:  # a bf16/fp16 body: the norms' fp32 copies are extra
         width = 2 * shape.hidden + (shape.heads + shape.kv_heads) * shape.head_dim * \
@@ -191,6 +194,8 @@ def missed_terms(shape: ModelShape, t: TrainerLayout, state: int, compute: int, 
     operands = BYTES[t.head_operands]  # a bf16 head is FSDP2's bf16 root: in `gathered`
     out["head_copies"] = (shape.vocab * shape.hidden * operands
                           if t.fp32_head and operands != master else 0)
+    out["head_fallback"] = (shape.vocab * shape.hidden * 4
+                            if t.fp32_head and operands < 4 else 0)
     if t.sharded:
         per_byte = 1 + 1 / t.ranks  # the fp32 input and the 1/ranks output
         out["reduce_scatter"] = int(max(shape.root_params * 4 * per_byte,
@@ -200,6 +205,28 @@ def missed_terms(shape: ModelShape, t: TrainerLayout, state: int, compute: int, 
     out["publish_staging"] = largest * 4 + (shape.params if t.transfer == "nccl"
                                             else largest) * engine
     return out
+
+
+def usable(gpu_bytes: int, margin: float) -> int:
+    """The bytes of a GPU of `gpu_bytes` (as CUDA reports it) a layout may plan to use:
+    (1 - margin) x the GPU (scalerl/config.py `PlanConfig.memory_margin`)."""
+    return int((1 - margin) * gpu_bytes)
+
+
+def largest_micro_tokens(shape: ModelShape, t: TrainerLayout, room: int,
+                         multiple: int = 1024) -> int:
+    """The most tokens a packed micro-batch may hold with a trainer rank's peak within `room`
+    bytes (the peak is affine in the tokens: measured at `multiple` and 2 x `multiple`),
+    rounded down to `multiple`; 0 when not even `multiple` tokens fit."""
+    import dataclasses
+
+    packed = dataclasses.replace(t, padded_rows=0)
+    one, two = (sum(trainer_memory(shape, dataclasses.replace(packed, micro_tokens=n))
+                    .values()) for n in (multiple, 2 * multiple))
+    per_chunk = two - one
+    if room < one or per_chunk <= 0:
+        return 0
+    return int(1 + (room - one) // per_chunk) * multiple
 
 
 def kv_bytes_per_token(shape: ModelShape, dtype: str, tp: int = 1) -> int:

@@ -13,20 +13,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scalerl.planning.calibration import (
+    FAST,
+    NOMINAL,
+    SLOW,
+    Constants,
+    checkpoint_seconds,
+    checkpoints_per_step,
+    publish_work,
+)
 from scalerl.planning.placement import Layout
 from scalerl.planning.sizing import BYTES, ModelShape, kv_bytes_per_token
 
-MBU = 0.6
-"""Memory-bandwidth utilisation of a decode step (bytes of weights and KV read per step over
-the time it takes, divided by the datasheet bandwidth), as the Databricks/MosaicML post "LLM
-Inference Performance Engineering: Best Practices" (2023) defines it. Assumed, not measured:
-the low end of what tuned CUDA serving stacks reach; a run's `rollout/tokens_per_s` measures
-it."""
-TRAINER_MFU = 0.25
-"""Model-FLOPs utilisation of a trainer step (PaLM's definition, appendix B: recomputation not
-counted). torchtitan's Llama 3.1 8B benchmark (benchmarks/llama3_h100_202412_torchtitan.md:
-FSDP2 on 8 H100s, selective activation checkpointing) reaches 33-39%; full checkpointing (this
-trainer's) runs one more forward, 8 passes' worth of FLOPs where 6 count: 0.33 x 6/8 = 0.25."""
+MBU = NOMINAL.mbu
+"""Memory-bandwidth utilisation of a decode step, nominal (calibration.py `Constants.mbu`: its
+sources and range)."""
+TRAINER_MFU = NOMINAL.mfu
+"""Trainer model-FLOPs utilisation, nominal, in PaLM's convention (calibration.py
+`Constants.mfu`: its sources and range)."""
+LENGTH_CV2 = 1 / 3
+"""Squared coefficient of variation of the completion lengths assumed when E[L^2] is not given:
+lengths spread evenly over [0, 2 x mean] (Var = mean^2 / 3). An assumption until a run's
+length histogram gives E[L^2] (`--completion-rms`)."""
 MAX_SEQS_CAP = 512
 """Most `max_num_seqs` chosen from the KV capacity: vLLM 0.32 captures CUDA graphs up to 512
 sequences by default (`CompilationConfig.max_cudagraph_capture_size`); larger decode batches run
@@ -56,6 +64,14 @@ class Gpu:
     """GPU-to-host bandwidth one way, bytes/s (PCIe x16, half the bidirectional figure)."""
     source: str
     """Where the figures are from."""
+    reported_gib: float = 0.0
+    """Memory as CUDA reports it (`torch.cuda.get_device_properties().total_memory`, the
+    figure nvidia-smi prints in MiB), GiB; 0: not known, `memory_gb` GiB is taken."""
+
+    @property
+    def cuda_gib(self) -> float:
+        """The GiB a plan may take this GPU to have: as reported, else the datasheet's GB."""
+        return self.reported_gib or self.memory_gb
 
     def __post_init__(self) -> None:
         for field in ("memory_gb", "bandwidth", "bf16_flops", "link_bandwidth",
@@ -67,14 +83,22 @@ class Gpu:
 _H100 = "https://www.nvidia.com/en-us/data-center/h100/ (datasheet)"
 _H200 = "https://www.nvidia.com/en-us/data-center/h200/ (datasheet)"
 _A100 = "https://www.nvidia.com/en-us/data-center/a100/ (datasheet)"
+H100_REPORTED = 81559 / 1024
+"""An H100 80GB HBM3 reports 81,559 MiB (79.6 GiB): nvidia-smi in
+https://github.com/NVIDIA/nccl/issues/1264, and 85,520,809,984 bytes as CUDA's total in
+https://github.com/modal-labs/modal-client/pull/2797 (which also lists the A100s': 81,920 and
+40,960 MiB)."""
+H200_REPORTED = 143771 / 1024
+"""An H200 reports 143,771 MiB (140.4 GiB) in nvidia-smi logs of 8 x H200 nodes in public
+repositories (a search for "143771MiB"); no vendor page states it."""
 GPUS = {g.name: g for g in [
-    Gpu("A100-40GB", 40, 1.555e12, 312e12, 300e9, 32e9, _A100),
-    Gpu("A100-80GB", 80, 2.039e12, 312e12, 300e9, 32e9, _A100),
+    Gpu("A100-40GB", 40, 1.555e12, 312e12, 300e9, 32e9, _A100, 40960 / 1024),
+    Gpu("A100-80GB", 80, 2.039e12, 312e12, 300e9, 32e9, _A100, 81920 / 1024),
     Gpu("H100-PCIe", 80, 2.0e12, 756e12, 300e9, 64e9, _H100),
-    Gpu("H100-SXM", 80, 3.35e12, 989e12, 450e9, 64e9, _H100),
+    Gpu("H100-SXM", 80, 3.35e12, 989e12, 450e9, 64e9, _H100, H100_REPORTED),
     Gpu("H100-NVL", 94, 3.9e12, 835e12, 300e9, 64e9, _H100),
-    Gpu("H200-NVL", 141, 4.8e12, 835e12, 450e9, 64e9, _H200),
-    Gpu("H200-SXM", 141, 4.8e12, 989e12, 450e9, 64e9, _H200),
+    Gpu("H200-NVL", 141, 4.8e12, 835e12, 450e9, 64e9, _H200, H200_REPORTED),
+    Gpu("H200-SXM", 141, 4.8e12, 989e12, 450e9, 64e9, _H200, H200_REPORTED),
 ]}
 """The GPUs the model knows, by name."""
 
@@ -114,6 +138,18 @@ class Workload:
     """Generation and training overlap (PipelineRL); False: they alternate (PPO-offpolicy)."""
     steps_per_publish: int = 1
     """Steps between two publishes of the weights (PPO-offpolicy-k: k; PipelineRL: 1)."""
+    completion_sq_mean: float | None = None
+    """E[L^2] of the completion lengths L (None: (1 + LENGTH_CV2) x mean^2)."""
+    val_rollouts: int = 0
+    """Rollouts of one validation on the training engines (0: none, or on val.servers)."""
+    val_every: int = 0
+    """Steps between validations (0: none)."""
+    checkpoint_every: int = 0
+    """Steps between checkpoints (0: by time only, or none)."""
+    checkpoint_every_s: float = 0.0
+    """Seconds between checkpoints (0: by steps only)."""
+    sharded: bool = True
+    """The trainer is FSDP2-sharded: a publish all-gathers the weights first."""
 
     def __post_init__(self) -> None:
         for field in ("rollouts_per_step", "completion_tokens", "steps", "steps_per_publish"):
@@ -121,6 +157,20 @@ class Workload:
                 raise ValueError(f"Workload.{field} must be >= 1, got {getattr(self, field)}")
         if self.prompt_tokens < 0:
             raise ValueError(f"Workload.prompt_tokens must be >= 0, got {self.prompt_tokens}")
+        if self.length_sq < self.completion_tokens ** 2:
+            raise ValueError(f"Workload.completion_sq_mean {self.completion_sq_mean} is below "
+                             f"the mean squared ({self.completion_tokens ** 2}): E[L^2] >= "
+                             "E[L]^2")
+        for field in ("val_rollouts", "val_every", "checkpoint_every", "checkpoint_every_s"):
+            if getattr(self, field) < 0:
+                raise ValueError(f"Workload.{field} must be >= 0, got {getattr(self, field)}")
+
+    @property
+    def length_sq(self) -> float:
+        """E[L^2] of the completions, given or assumed (LENGTH_CV2)."""
+        if self.completion_sq_mean is not None:
+            return self.completion_sq_mean
+        return (1 + LENGTH_CV2) * self.completion_tokens ** 2
 
     @property
     def sequence(self) -> int:
@@ -129,9 +179,17 @@ class Workload:
 
     @property
     def context(self) -> int:
-        """Mean context a decoding sequence holds over its life: the prompt plus half its
-        completion (every sequence as long as the mean; longer tails hold more)."""
-        return self.prompt_tokens + self.completion_tokens // 2
+        """Mean context of the sequences decoding at any moment: p + E[L^2] / (2 E[L]). A
+        sequence of length L holds its slot for L decode steps at a mean context p + L/2, so a
+        running sequence is length-biased (picked with weight L): E[L (p + L/2)] / E[L]."""
+        return int(self.prompt_tokens + self.length_sq / (2 * self.completion_tokens))
+
+    @property
+    def attention_sequence(self) -> float:
+        """The row length a trained token's attention FLOPs see on average (token-weighted):
+        E[S^2] / E[S], S = p + L the row's length."""
+        p, mean = self.prompt_tokens, self.completion_tokens
+        return (p * p + 2 * p * mean + self.length_sq) / (p + mean)
 
 
 @dataclass(frozen=True)
@@ -167,10 +225,18 @@ class Throughput:
     train_s: float
     """Seconds the trainer takes for one step."""
     publish_s: float
-    """Seconds per step of sending the weights to the engines (the engines pause for it)."""
+    """Seconds per step of the publish's serial work (calibration.py `publish_work`: gather,
+    copy, write, the engines' reload), over the steps between publishes."""
+    validation_s: float
+    """Seconds per step of validation on the training engines, amortised over val.every."""
+    checkpoint_s: float
+    """Seconds per step of writing checkpoints, amortised over their cadence."""
     step_s: float
-    """Seconds per step: PipelineRL max(generate, train) + publish; PPO generate + train +
-    publish."""
+    """Seconds per step: PipelineRL max(generate, train), PPO generate + train; plus publish,
+    validation and checkpoint (nominal constants)."""
+    step_range: tuple[float, float]
+    """The step with every uncertain constant at its optimistic end, and at its pessimistic
+    end (calibration.py `FAST`, `SLOW`): the error bars of `step_s`."""
     rollouts_per_hour: float
     """Rollouts trained on per hour."""
     trainer_idle: float
@@ -178,7 +244,7 @@ class Throughput:
     generator_idle: float
     """Share of a step the engines wait: 1 - generate / step."""
     wall_s: float
-    """Seconds of the whole run's training steps (validation and start-up not counted)."""
+    """Seconds of the whole run's steps (start-up not counted)."""
     concurrency: int
     """Sequences all engines decode at once."""
 
@@ -196,7 +262,7 @@ def max_num_seqs_for(kv_tokens: int, context: int) -> int:
 
 
 def decode(shape: ModelShape, gpu: Gpu, *, tp: int, dtype: str, kv_bytes: int, context: int,
-           max_num_seqs: int) -> Decode:
+           max_num_seqs: int, mbu: float = MBU) -> Decode:
     """A decode step is memory-bound (vLLM reads every weight once per step, and each
     sequence's KV): per GPU, weights / tp + sequences x context x KV bytes per token, at
     `MBU` of the bandwidth; never faster than its FLOPs (2 x compute params + 4 x layers x
@@ -208,7 +274,7 @@ def decode(shape: ModelShape, gpu: Gpu, *, tp: int, dtype: str, kv_bytes: int, c
         raise ValueError(f"the KV cache ({kv_tokens} tokens per GPU) does not hold one sequence "
                          f"at the mean context ({context} tokens)")
     read = compute_params(shape) * BYTES[dtype] / tp + seqs * context * per_token
-    memory_s = read / (gpu.bandwidth * MBU)
+    memory_s = read / (gpu.bandwidth * mbu)
     flops = seqs * (2 * compute_params(shape)
                     + 4 * shape.layers * shape.heads * shape.head_dim * context) / tp
     compute_s = flops / gpu.bf16_flops
@@ -230,33 +296,52 @@ def trainer_tokens_per_s(shape: ModelShape, gpu: Gpu, ranks: int, sequence: int,
     return ranks * gpu.bf16_flops * mfu / trainer_flops_per_token(shape, sequence)
 
 
-def publish_seconds(weight_bytes: int, gpu: Gpu, transfer: str) -> float:
-    """Seconds to send the weights: NCCL over NVLink (one broadcast), or `files` through the
-    host (the trainer GPU to host, then host to each engine GPU, in parallel): a lower bound
-    (the staging and the engine's load are not counted)."""
-    if transfer == "nccl":
-        return weight_bytes / gpu.link_bandwidth
-    return 2 * weight_bytes / gpu.host_bandwidth
+def publish_seconds(shape: ModelShape, gpu: Gpu, *, dtype: str, transfer: str,
+                    sharded: bool = True, k: Constants = NOMINAL) -> float:
+    """Seconds of one publish's serial work (calibration.py `publish_work`)."""
+    return publish_work(shape.params, shape.params * BYTES[dtype], sharded=sharded,
+                        transfer=transfer, link_bandwidth=gpu.link_bandwidth,
+                        host_bandwidth=gpu.host_bandwidth, k=k).total_s
+
+
+def step_parts(shape: ModelShape, gpu: Gpu, layout: Layout, work: Workload, *, dtype: str,
+               kv_bytes: int, max_num_seqs: int, transfer: str, k: Constants) -> dict:
+    """The step's parts at constants `k`: one engine's decode, the engines' and the trainer's
+    tokens/s, generate, train, publish, validation and checkpoint seconds, and the step."""
+    one = decode(shape, gpu, tp=layout.tp, dtype=dtype, kv_bytes=kv_bytes,
+                 context=work.context, max_num_seqs=max_num_seqs, mbu=k.mbu)
+    engines_tps = layout.engines * one.tokens_per_s
+    trainer_tps = trainer_tokens_per_s(shape, gpu, layout.ranks, work.attention_sequence,
+                                       mfu=k.mfu)
+    generate = work.rollouts_per_step * work.completion_tokens / engines_tps
+    train = work.rollouts_per_step * work.sequence / trainer_tps
+    publish = publish_seconds(shape, gpu, dtype=dtype, transfer=transfer,
+                              sharded=work.sharded, k=k) / work.steps_per_publish
+    validation = (work.val_rollouts * work.completion_tokens / engines_tps / work.val_every
+                  if work.val_every and work.val_rollouts else 0.0)
+    step = (max(generate, train) if work.overlap else generate + train) + publish + validation
+    checkpoint = checkpoint_seconds(shape.params, k) * checkpoints_per_step(
+        work.checkpoint_every, work.checkpoint_every_s, step)
+    return dict(decode=one, decode_tokens_per_s=engines_tps, trainer_tokens_per_s=trainer_tps,
+                generate_s=generate, train_s=train, publish_s=publish,
+                validation_s=validation, checkpoint_s=checkpoint, step_s=step + checkpoint)
 
 
 def throughput(shape: ModelShape, gpu: Gpu, layout: Layout, work: Workload, *, dtype: str,
                kv_bytes: int, max_num_seqs: int, transfer: str = "files") -> Throughput:
-    """The predicted speed of `layout` on `gpu` for `work`."""
-    one = decode(shape, gpu, tp=layout.tp, dtype=dtype, kv_bytes=kv_bytes,
-                 context=work.context, max_num_seqs=max_num_seqs)
-    engines_tps = layout.engines * one.tokens_per_s
-    trainer_tps = trainer_tokens_per_s(shape, gpu, layout.ranks, work.sequence)
-    generate = work.rollouts_per_step * work.completion_tokens / engines_tps
-    train = work.rollouts_per_step * work.sequence / trainer_tps
-    publish = (publish_seconds(shape.params * BYTES[dtype], gpu, transfer)
-               / work.steps_per_publish)
-    step = (max(generate, train) if work.overlap else generate + train) + publish
+    """The predicted speed of `layout` on `gpu` for `work`, at the nominal constants, with the
+    step at the optimistic and at the pessimistic ends of their ranges (calibration.py)."""
+    args = dict(dtype=dtype, kv_bytes=kv_bytes, max_num_seqs=max_num_seqs, transfer=transfer)
+    parts = step_parts(shape, gpu, layout, work, k=NOMINAL, **args)
+    fast, slow = (step_parts(shape, gpu, layout, work, k=k, **args)["step_s"]
+                  for k in (FAST, SLOW))
+    step = parts["step_s"]
     return Throughput(
-        layout=layout, decode=one, decode_tokens_per_s=engines_tps,
-        trainer_tokens_per_s=trainer_tps, generate_s=generate, train_s=train,
-        publish_s=publish, step_s=step, rollouts_per_hour=work.rollouts_per_step * 3600 / step,
-        trainer_idle=1 - train / step, generator_idle=1 - generate / step,
-        wall_s=work.steps * step, concurrency=layout.engines * one.sequences)
+        layout=layout, **parts, step_range=(fast, slow),
+        rollouts_per_hour=work.rollouts_per_step * 3600 / step,
+        trainer_idle=1 - parts["train_s"] / step,
+        generator_idle=1 - parts["generate_s"] / step, wall_s=work.steps * step,
+        concurrency=layout.engines * parts["decode"].sequences)
 
 
 def warnings(speed: Throughput, in_flight: int, *, overlap: bool = True) -> list[str]:
