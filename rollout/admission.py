@@ -13,9 +13,12 @@ admitted under the name `name`, at most `limit` of them on one engine at once, w
 lane at its limit waits even while slots are free, and the requests queued behind it (training
 rollouts, whatever their priority) pass it: validation at priority 0 would otherwise take every
 slot as it frees and starve the training requests, which then time out on a server and are
-issued again from scratch. The lane of a request is read from the context of the task that
-enters (`lane_scope`, set once per `generate` call; asyncio tasks inherit it). Nothing here
-sends a request or knows vLLM.
+issued again from scratch. (vLLM itself keeps a preempted request's output: under KV pressure it
+frees the blocks of the running request with the largest (priority, arrival) and recomputes them
+when it is scheduled again, vllm/v1/core/sched/scheduler.py `_preempt_request`; what lost that
+work was the client's timeout and reissue.) The lane of a request is read from the context of
+the task that enters (`lane_scope`, set once per `generate` call; asyncio tasks inherit it).
+Nothing here sends a request or knows vLLM.
 """
 
 from __future__ import annotations
