@@ -47,6 +47,7 @@ from scalerl.envs.environment import EnvContext, Environment
 from scalerl.rollout import episode as E
 from scalerl.rollout import external as X
 from scalerl.rollout import turn as T
+from scalerl.rollout.admission import Bound, Lane, lane_scope
 from scalerl.rollout.engine_config import process_tree_rss_mb
 from scalerl.rollout.scorer import Scorer
 from scalerl.rollout.types import Budget, Rollout
@@ -144,6 +145,15 @@ class BaseGenerator:
     def concurrency(self) -> int | None:
         """Sequences the backend decodes at once (all its engines), None when unknown."""
         return None
+
+    def engine_batch(self) -> int | None:
+        """Sequences one engine (one server) runs at once, what a lane's share is of; None
+        when unknown (a lane then bounds nothing)."""
+        return self.concurrency()
+
+    def _bound(self, lane: Lane | None) -> Bound | None:
+        batch = self.engine_batch() if lane is not None else None
+        return None if lane is None or batch is None else Bound(lane.name, lane.limit(batch))
 
     def update_weights(self, named_tensors: Iterable, version: int, *,
                        timeout_s: float = 60.0) -> dict[str, float]:
@@ -280,7 +290,7 @@ class BaseGenerator:
     def stream(self, samples: Iterable[Sample], *, n: int = 1, budget: Budget | None = None,
                temperature: float = 1.0, seed: int | None = 0, score: bool = True,
                max_in_flight: int | None = None, top_p: float = 1.0,
-               priority: int = 0) -> Iterator[Rollout]:
+               priority: int = 0, lane: Lane | None = None) -> Iterator[Rollout]:
         """Yield each Rollout as soon as it is generated and scored.
 
         `samples` is consumed lazily (an endless iterator works); at most `max_in_flight` rollouts
@@ -291,6 +301,8 @@ class BaseGenerator:
         (evaluation protocols such as DeepSeek-R1's top-p 0.95; the trainer keeps 1.0).
         `priority` orders these requests in the engine's queue against other calls' (lower =
         earlier; PipelineRL passes the prompt's admission number; see the module docstring).
+        `lane` bounds this call's requests to `lane.share` of each engine's running batch
+        (rollout/admission.py; held-out validation beside training), None: no bound.
         """
         budget = budget or Budget()
         if n <= 0 or temperature < 0 or not 0 < top_p <= 1:
@@ -301,7 +313,7 @@ class BaseGenerator:
         slots: list = [None]
         job = asyncio.run_coroutine_threadsafe(
             self._drive(iter(samples), n, budget, (temperature, top_p, priority), seed, score,
-                        max_in_flight, out, slots), self._loop)
+                        max_in_flight, out, slots, self._bound(lane)), self._loop)
         try:
             while True:
                 item = out.get()
@@ -316,7 +328,8 @@ class BaseGenerator:
             job.cancel()
 
     async def _drive(self, samples, n, budget, sampling, seed, score, max_in_flight,
-                     out: queue.Queue, slots: list) -> None:
+                     out: queue.Queue, slots: list, bound: Bound | None = None) -> None:
+        lane_scope(bound)  # this call's rollout tasks inherit it (rollout/admission.py)
         sem = asyncio.Semaphore(max_in_flight) if max_in_flight else None
         slots[0] = sem
         tasks: set[asyncio.Task] = set()
@@ -365,11 +378,13 @@ class BaseGenerator:
 
     def generate(self, samples: Sequence[Sample], *, n: int = 1, budget: Budget | None = None,
                  temperature: float = 1.0, seed: int | None = 0,
-                 score: bool = True, top_p: float = 1.0, priority: int = 0) -> list[Rollout]:
+                 score: bool = True, top_p: float = 1.0, priority: int = 0,
+                 lane: Lane | None = None) -> list[Rollout]:
         """All rollouts, ordered by sample then group (sample i's rollouts at i*n .. i*n+n-1);
-        `priority` as in `stream`."""
+        `priority` and `lane` as in `stream`."""
         rollouts = list(self.stream(samples, n=n, budget=budget, temperature=temperature,
-                                    seed=seed, score=score, top_p=top_p, priority=priority))
+                                    seed=seed, score=score, top_p=top_p, priority=priority,
+                                    lane=lane))
         return sorted(rollouts, key=lambda r: (r.meta["index"], r.group))
 
     def _scorer(self) -> Scorer:

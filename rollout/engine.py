@@ -8,7 +8,9 @@ rollout/weight_files.py, and a failed reload puts the previous version's files b
 `pause`/`resume`. It does not train, choose prompts or batch groups for the trainer.
 
 Requests carry their vLLM priority (the engine runs the `priority` scheduling policy: an older
-prompt's requests and a rollout's continuation go first, rollout/base_generator.py). Each request
+prompt's requests and a rollout's continuation go first, rollout/base_generator.py); a call made
+in a bounded lane (held-out validation beside training, rollout/admission.py) has at most its
+share of max_num_seqs in the engine at once, the rest waiting here. Each request
 is salted with the policy version it starts under, so a request started after an update does not
 reuse KV blocks computed under older weights; a rollout's continuation after a forced
 interruption takes its first phase's salt, so it reuses the blocks of its prompt and first phase
@@ -33,6 +35,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from scalerl.envs.environment import EnvContext
+from scalerl.rollout.admission import Slots
 from scalerl.rollout.base_generator import (
     BaseGenerator,
     EngineDied,
@@ -88,6 +91,8 @@ class EngineGenerator(BaseGenerator):
         self._checkpoint_shapes: dict[str, tuple[int, ...]] | None = None
         self._live: dict[str, list[tuple[int, int]]] = {}
         self._ids = itertools.count()
+        self._admission = Slots(None)
+        """No cap of its own (vLLM queues by priority); a bounded lane's share of max_num_seqs."""
         self._user_paused = False
         self._weights_root = weights_root(self.config.weights_dir, self.model_path,
                                           self.config.dtype, self)
@@ -139,6 +144,16 @@ class EngineGenerator(BaseGenerator):
     async def _sample(self, prompt: list[int], max_tokens: int, temperature: float,
                       seed: int | None, top_p: float = 1.0, priority: int = 0,
                       stop: tuple[str, ...] = ()) -> Sampled:
+        await self._admission.enter(priority)  # a bounded lane waits here (rollout/admission.py)
+        try:
+            return await self._request(prompt, max_tokens, temperature, seed, top_p, priority,
+                                       stop)
+        finally:
+            self._admission.leave()
+
+    async def _request(self, prompt: list[int], max_tokens: int, temperature: float,
+                       seed: int | None, top_p: float, priority: int,
+                       stop: tuple[str, ...]) -> Sampled:
         await self._gate.wait()  # never start a request in the middle of a weight update
         params = self._params(max_tokens, temperature, seed, top_p, stop)
         version, rid = self._version, f"r{next(self._ids)}"

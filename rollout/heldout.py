@@ -17,6 +17,7 @@ import numpy as np
 
 from scalerl.envs.base import STATUSES, Sample
 from scalerl.envs.task import Task
+from scalerl.rollout.admission import Lane
 from scalerl.rollout.types import FINISH_REASONS, Budget, Rollout
 
 
@@ -330,7 +331,8 @@ def aggregate(items: Iterable[Rollout | Mapping[str, Any] | Record],
 
 class SupportsGenerate(Protocol):
     def generate(self, samples: Sequence[Sample], *, n: int, budget: Budget,
-                 temperature: float, seed: int | None, top_p: float = 1.0) -> list[Rollout]: ...
+                 temperature: float, seed: int | None, top_p: float = 1.0,
+                 lane: Lane | None = None) -> list[Rollout]: ...
 
 
 def eval_samples(task: Task, split: str = "test", limit: int | None = None) -> list[Sample]:
@@ -352,8 +354,9 @@ def eval_samples(task: Task, split: str = "test", limit: int | None = None) -> l
 def evaluate(generator: SupportsGenerate, tasks: Sequence[Task], *, n: int,
              budget: Budget, split: str = "test", ks: Sequence[int] = (1,),
              temperature: float = 1.0, seed: int | None = 0,
-             limit: int | None = None) -> EvalReport:
-    """Generate `n` rollouts per held-out sample of each task and aggregate them.
+             limit: int | None = None, lane: Lane | None = None) -> EvalReport:
+    """Generate `n` rollouts per held-out sample of each task and aggregate them (`lane`: the
+    bound on their share of each engine, rollout/admission.py; None: no bound).
 
     The trainer's validation logs `evaluate(...).metrics("val")`; `scalerl eval` runs the same
     sample selection, generation call and `aggregate` (adding a cache around the generation).
@@ -361,6 +364,7 @@ def evaluate(generator: SupportsGenerate, tasks: Sequence[Task], *, n: int,
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     samples = [s for t in tasks for s in eval_samples(t, split, limit)]
+    bounded = {} if lane is None else {"lane": lane}
     rollouts = generator.generate(samples, n=n, budget=budget, temperature=temperature,
-                                  seed=seed)
+                                  seed=seed, **bounded)
     return aggregate(rollouts, ks)

@@ -428,6 +428,11 @@ class ServerGenerator(BaseGenerator):
                     "from engine.servers")
             await asyncio.sleep(0.05)
 
+    def engine_batch(self) -> int:
+        """One server's running batch as this client knows it: `max_num_seqs` (1024, vLLM's
+        default, when null), at most its `server_max_requests`."""
+        return min(self.config.requests_per_server, self.config.max_num_seqs or 1024)
+
     def metrics(self) -> dict[str, float]:
         return self.pool.counts() | {"servers/reissued_total": float(self.reissued)}
 

@@ -5,8 +5,9 @@ pool for hundreds of concurrent requests, a timeout on every call) and the state
 A request goes to the up server with the least outstanding work (tokens asked for and not yet
 returned); the requests made under one `affinity` key (the n rollouts of a prompt) go to the
 server the first of them chose, so its prefix cache serves the rest. At most `max_requests`
-generation requests are in flight on one server; the others wait here (`Slots`), lowest
-`priority` first, and their waiting counts toward no timeout.
+generation requests are in flight on one server; the others wait here (`Slots`,
+rollout/admission.py), lowest `priority` first, a bounded lane's (held-out validation) no more
+than its share, and their waiting counts toward no timeout.
 
 Liveness is `/health`, probed every PROBE_EVERY_S with the control timeout: a server that fails a
 probe, or a control call, is taken out: its requests raise `ServerError` so the caller issues
@@ -25,14 +26,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import heapq
-import itertools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from scalerl.rollout.admission import Slots
 from scalerl.rollout.base_generator import GeneratorUnavailable
 
 logger = logging.getLogger(__name__)
@@ -57,44 +57,6 @@ class RequestRejected(RuntimeError):
 class RequestFailed(RuntimeError):
     """One generation request failed (timed out, its connection dropped, a 5xx) on a server
     whose `/health` still answers: the request is issued again, the server keeps its place."""
-
-
-class Slots:
-    """At most `capacity` holders at once; waiters enter lowest `priority` first, then in the
-    order they came (a cancelled waiter leaves the queue)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity, self.held, self.most = capacity, 0, 0
-        """`most`: the largest number ever held at once."""
-        self._waiting: list[tuple[int, int, asyncio.Future]] = []
-        self._order = itertools.count()
-
-    @property
-    def waiting(self) -> int:
-        return sum(not fut.done() for _, _, fut in self._waiting)
-
-    async def enter(self, priority: int = 0) -> None:
-        if self.held < self.capacity:  # (a waiter exists only while all are held)
-            self.held += 1
-            self.most = max(self.most, self.held)
-            return
-        fut = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiting, (priority, next(self._order), fut))
-        try:
-            await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():  # handed a slot as it was cancelled
-                self.leave()
-            raise
-
-    def leave(self) -> None:
-        """Hand the slot to the first waiter, or free it."""
-        while self._waiting:
-            _, _, fut = heapq.heappop(self._waiting)
-            if not fut.done():
-                fut.set_result(None)
-                return
-        self.held -= 1
 
 
 @dataclass(eq=False)

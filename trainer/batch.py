@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+import numpy as np
 import torch
 
 from scalerl.trainer.advantages import compute_advantages
+from scalerl.trainer.columns import Columns, padded
 from scalerl.trainer.filters import (
     Group,
     PromptRetirement,
@@ -123,11 +125,6 @@ def prepare_groups(groups: list[Group], *, truncation: str, rewards: RewardMap,
     return kept, report
 
 
-def _pad(rows: list[list[float]], value: float, dtype: torch.dtype) -> Tensor:
-    width = max(len(r) for r in rows)
-    return torch.tensor([list(r) + [value] * (width - len(r)) for r in rows], dtype=dtype)
-
-
 def collate(groups: list[Group], *, normalise: str, aggregation: str, pad_id: int,
             eps: float = 1e-6, zero_rows: int = 0) -> TrainBatch:
     """Advantages (from the rewards `prepare_groups` assigned) and aggregation weights over all
@@ -149,18 +146,17 @@ def collate(groups: list[Group], *, normalise: str, aggregation: str, pad_id: in
     advantages = compute_advantages(torch.cat([rewards, torch.zeros(zero_rows)]),
                                     torch.cat([group_ids, pad_groups]), normalise=normalise,
                                     eps=eps)[:len(rollouts)]
-    seqs = [list(r.prompt_token_ids) + list(r.token_ids) for r in rollouts]
-    input_ids = _pad(seqs, pad_id, torch.long)
-    attention = _pad([[1] * len(s) for s in seqs], 0, torch.long)
-    old = [[0.0 if lp is None else lp for lp in r.logprobs] for r in rollouts]
-    mask = _pad([[0.0 if lp is None else 1.0 for lp in r.logprobs] for r in rollouts], 0.0,
-                torch.float32)
+    cols = Columns.of(rollouts)  # flat arrays, padded with vectorised copies (trainer/columns.py)
+    seqs, seq_lens = cols.sequences()
+    clens = cols.completion_lens
+    mask = padded((~cols.forced).astype(np.float32), clens, 0.0, torch.float32)
     batch = TrainBatch(
-        input_ids=input_ids, attention_mask=attention,
-        prompt_lens=torch.tensor([len(r.prompt_token_ids) for r in rollouts]),
-        completion_lens=torch.tensor([max(len(r.token_ids), 1) for r in rollouts]),
-        old_logprobs=_pad(old, 0.0, torch.float32), mask=mask,
+        input_ids=padded(seqs, seq_lens, pad_id, torch.long),
+        attention_mask=padded(np.ones(len(seqs), dtype=np.int64), seq_lens, 0, torch.long),
+        prompt_lens=torch.from_numpy(cols.prompt_lens.copy()),
+        completion_lens=torch.from_numpy(np.maximum(clens, 1)),
+        old_logprobs=padded(cols.logprobs, clens, 0.0, torch.float32), mask=mask,
         advantages=advantages.unsqueeze(-1),
         weights=aggregation_weights(aggregation, mask, group_ids),
     )
-    return batch.select(torch.argsort(torch.tensor([len(s) for s in seqs]), stable=True))
+    return batch.select(torch.argsort(torch.from_numpy(seq_lens), stable=True))

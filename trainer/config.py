@@ -315,6 +315,14 @@ class ValConfig:
     weights go there and the trainer goes on while they are evaluated; the figures are logged
     at the step they belong to when they are in (`val/logged_at_step`). Empty: validation runs
     on the training generator and every trainer rank waits for it."""
+    engine_share: float = 0.25
+    """On the training generator under PipelineRL (whose training rollouts keep generating
+    beside it): most fraction of each engine's running batch (`max_num_seqs`) that validation
+    requests hold at once; the rest keeps serving training requests in their order. Validation
+    goes first within its share (priority 0), so without a bound it took every slot as it freed:
+    training requests queued on a server past `engine.server_request_timeout_s` were issued
+    again from scratch. 1: no bound. Not used with `val.servers` or PPO-offpolicy (validation
+    then has its engines to itself)."""
 
     SECTION = "val"
 
@@ -328,6 +336,7 @@ class ValConfig:
              "must be >= 0 or null"),
             (all(isinstance(u, str) and u.startswith(("http://", "https://"))
                  for u in self.servers), "servers", "URLs http://HOST:PORT"),
+            (0 < self.engine_share <= 1, "engine_share", "must be in (0, 1]"),
         ])
 
 

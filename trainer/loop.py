@@ -26,7 +26,7 @@ import torch
 
 from scalerl.rollout.base_generator import GeneratorUnavailable
 from scalerl.trainer.balance import model_attention_cost
-from scalerl.trainer.batch import GroupReport, collate, prepare_groups
+from scalerl.trainer.batch import GroupReport, TrainBatch, collate, prepare_groups
 from scalerl.trainer.checkpoint import (
     clear_optimizer_staging,
     load_sharded_optimizer,
@@ -58,6 +58,7 @@ from scalerl.trainer.validation import (
     validate_heldout,
 )
 from scalerl.trainer.waiting import broadcast_from_rank0, wait_for_rank0
+from scalerl.trainer.wire import light_groups, share_batch
 
 SOURCES: dict[str, Callable[..., RolloutSource]] = {"ppo": PPOOffPolicy,
                                                    "pipelinerl": PipelineSource}
@@ -351,8 +352,16 @@ def not_gathered(step: int):
 
 def next_groups(run: Run) -> tuple[list[Group], dict[str, float]]:
     """Rank 0 asks the source; every rank receives the same groups (or its
-    GeneratorUnavailable)."""
-    return on_rank0(run, lambda: run.source.next_groups(run.step))
+    GeneratorUnavailable), the other ranks without their per-token fields: they train on the
+    batch rank 0 collates (`optimise`, trainer/wire.py)."""
+    full: list = []
+
+    def work():
+        full.append(run.source.next_groups(run.step))
+        groups, metrics = full[0]
+        return light_groups(groups), metrics
+    light = on_rank0(run, work)
+    return full[0] if full else light
 
 
 def filter_groups(run: Run, groups: list[Group]) -> tuple[list[Group], GroupReport]:
@@ -367,14 +376,22 @@ def optimise(run: Run, kept: list[Group], report: GroupReport) -> dict[str, floa
     if not kept:
         run.scheduler.step()
         return {"batch/empty": 1.0}
-    a = cfg.advantages
-    batch = collate(kept, normalise=a.normalise, aggregation=cfg.loss.aggregation,
-                    pad_id=pad_id(run.tokenizer), eps=a.eps,
-                    zero_rows=report.zero_variance_rollouts if a.std_scope == "all" else 0)
+    batch = global_batch(run, kept, report)
     stats = train_step(run.accelerator, run.model, run.optimizer, run.scheduler, batch,
                        step_settings(cfg, unwrap(run)))
     stats["tokens_total"] = float(batch.num_tokens)
     return stats
+
+
+def global_batch(run: Run, kept: list[Group], report: GroupReport) -> TrainBatch:
+    """The step's whole batch on every rank: rank 0 collates it from its rollouts (the others
+    hold them without their tokens) and broadcasts its tensors (trainer/wire.py)."""
+    a, batch = run.cfg.advantages, None
+    if run.source is not None:
+        batch = collate(kept, normalise=a.normalise, aggregation=run.cfg.loss.aggregation,
+                        pad_id=pad_id(run.tokenizer), eps=a.eps,
+                        zero_rows=report.zero_variance_rollouts if a.std_scope == "all" else 0)
+    return share_batch(batch, rows=sum(len(g) for g in kept))
 
 
 def step_settings(cfg: TrainerConfig, model=None) -> StepSettings:

@@ -34,6 +34,8 @@ def prompts_hash(sample_ids: list[str]) -> float:
 class PipelineSource:
     """RolloutSource for PipelineRL-k: streaming generation, in-flight updates, bounded lag."""
 
+    streams = True  # training rollouts generate beside a validation on the same engines
+
     def __init__(self, generator: Any, sampler: Any, s: SourceSettings,
                  publisher: Publisher | None = None):
         b = s.prompts_per_step

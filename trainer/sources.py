@@ -31,6 +31,10 @@ LazyWeights = Callable[[], Iterable[tuple[str, torch.Tensor]]]
 class RolloutSource(Protocol):
     """Where training groups come from. Rank 0 only; other ranks receive the groups."""
 
+    streams: bool
+    """Whether it keeps generating on its generator between the loop's calls (PipelineRL): a
+    held-out validation there then holds at most `val.engine_share` of each engine."""
+
     def next_groups(self, trainer_version: int) -> tuple[list[Group], dict[str, float]]:
         """The groups (n rollouts of one prompt each) of the next optimizer step, and metrics."""
 
@@ -105,6 +109,8 @@ def skip_too_long(groups: list[Group]) -> tuple[list[Group], dict[str, float]]:
 class PPOOffPolicy:
     """PPO-offpolicy-k: generate k x prompts_per_step prompts with one policy, serve them as k
     minibatches, and push the trainer's weights into the generator before the next round."""
+
+    streams = False  # nothing generates between rounds: validation takes the engines whole
 
     def __init__(self, generator, sampler: Callable[[], Sample], s: SourceSettings,
                  publisher: Publisher | None = None):

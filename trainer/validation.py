@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from scalerl.rollout.admission import Lane
 from scalerl.rollout.heldout import evaluate
 
 if TYPE_CHECKING:
@@ -132,16 +133,25 @@ def validate_heldout(run: Run) -> dict[str, float]:
     return metrics
 
 
+def validation_lane(run: Run, generator) -> Lane | None:
+    """The bound on validation's share of the engines (`val.engine_share`) when training
+    rollouts generate beside it on the same generator (rollout/admission.py), else None."""
+    shared = generator is run.generator and getattr(run.source, "streams", False)
+    share = run.cfg.val.engine_share
+    return Lane("validation", share) if shared and share < 1 else None
+
+
 def heldout_figures(run: Run, generator) -> dict[str, float]:
     """`val/<task>/...` of the weights `generator` holds, and `val/seconds`."""
     v = run.cfg.val
     temperature = v.temperature if v.temperature is not None else run.cfg.policy.temperature
     metrics: dict[str, float] = {}
+    lane = validation_lane(run, generator)
     t = time.perf_counter()
     for name, spec in run.tasks.items():
         report = evaluate(generator, [spec.task], n=v.n, budget=spec.budget, split=v.split,
                           ks=v.ks, temperature=temperature, seed=run.cfg.seed + 7919,
-                          limit=v.limit)
+                          limit=v.limit, lane=lane)
         metrics |= report.tasks[name].metrics(f"val/{name}")
     metrics["val/seconds"] = time.perf_counter() - t
     return metrics

@@ -4,8 +4,9 @@ nothing to do but wait for the next batch.
 
 Waiting inside the trainer's own collectives would hit their timeout (`policy.collective_timeout_s`;
 NCCL's watchdog then kills the job), so every wait for rank 0 happens on a separate gloo group
-with a timeout of `WAIT` instead: `wait_for_rank0` (a barrier) and `broadcast_from_rank0` (the
-step's groups). A rank that dies still ends the job: torchrun stops every rank when one exits.
+with a timeout of `WAIT` instead: `wait_for_rank0` (a barrier), `broadcast_from_rank0` (the
+step's groups, pickled) and `broadcast_tensor_from_rank0` (the step's collated batch). A
+rank that dies still ends the job: torchrun stops every rank when one exits.
 `init_waiting` creates the group; every rank calls it once, right after the process group
 exists and before rank 0 starts working alone. No training here.
 """
@@ -52,3 +53,9 @@ def broadcast_from_rank0(obj: Any) -> Any:
     payload = [obj]
     dist.broadcast_object_list(payload, src=0, group=_waiting_group())
     return payload[0]
+
+
+def broadcast_tensor_from_rank0(tensor: Any) -> None:
+    """Rank 0's `tensor` into every rank's `tensor` (same shape and dtype), in place."""
+    if distributed():
+        dist.broadcast(tensor, src=0, group=_waiting_group())

@@ -83,3 +83,48 @@ def test_a_continuation_reuses_its_first_phase_blocks_across_a_weight_update(eng
     for r in rollouts:
         assert set(r.versions) == {v, v + 1}
         assert r.meta["continuation_cached_tokens"] >= 128
+
+
+def test_validation_beside_training_holds_at_most_its_share_of_the_engine(engine):
+    """Held-out validation (priority 0) in a lane of share 2/256 (2 of the session engine's
+    256 sequences) while a training call (priority 10) generates beside it: vLLM is handed at
+    most 2 validation requests at once, the training ones all at once; the same validation
+    without the lane hands it all 8 at once (what let it take every slot)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from scalerl.rollout.admission import Lane
+
+    now, most = {"val": 0, "train": 0}, {"val": 0, "train": 0}
+    real = engine._llm.generate
+
+    def spy(request, params, rid, priority=0):  # observes what reaches vLLM, changes nothing
+        async def passed():
+            key = "val" if priority <= 0 else "train"
+            now[key] += 1
+            most[key] = max(most[key], now[key])
+            try:
+                async for out in real(request, params, rid, priority=priority):
+                    yield out
+            finally:
+                now[key] -= 1
+        return passed()
+
+    def samples(tag: str) -> list[Sample]:
+        return [Sample(id=f"{tag}{i}", task="arith", prompt=f"{i}+{i}=") for i in range(4)]
+
+    budget = Budget(thinking=24, answer=8)
+    engine._llm.generate = spy
+    try:
+        for lane, expected in ((Lane("validation", 2 / 256), 2), (None, 8)):
+            most.update(val=0, train=0)
+            with ThreadPoolExecutor(1) as pool:
+                training = pool.submit(engine.generate, samples("t"), n=2, budget=budget,
+                                       score=False, priority=10)
+                validation = engine.generate(samples("v"), n=2, budget=budget, score=False,
+                                             lane=lane)
+                trained = training.result(timeout=120)
+            assert len(validation) == len(trained) == 8
+            assert most == {"val": expected, "train": 8}, lane
+    finally:
+        del engine._llm.generate  # the AsyncLLM's own method again
+    assert engine._admission.held == 0 and engine._admission.waiting == 0

@@ -70,3 +70,22 @@ def test_val_servers_must_be_urls():
     assert ValConfig(servers=("http://10.0.0.5:8000",)).servers == ("http://10.0.0.5:8000",)
     with pytest.raises(FieldError, match="servers"):
         ValConfig(servers=("localhost:8000",))
+
+
+def test_validation_is_bounded_only_beside_streaming_training_on_the_same_generator():
+    from types import SimpleNamespace
+
+    from scalerl.rollout.admission import Lane
+    from scalerl.trainer.pipeline_source import PipelineSource
+    from scalerl.trainer.sources import PPOOffPolicy
+    from scalerl.trainer.validation import validation_lane
+
+    def run(source, share=0.25):
+        return SimpleNamespace(generator="training", source=source,
+                               cfg=SimpleNamespace(val=ValConfig(engine_share=share)))
+
+    pipeline = SimpleNamespace(streams=PipelineSource.streams)
+    assert validation_lane(run(pipeline), "training") == Lane("validation", 0.25)
+    assert validation_lane(run(pipeline), "val.servers' own") is None  # its own engines
+    assert validation_lane(run(SimpleNamespace(streams=PPOOffPolicy.streams)), "training") is None
+    assert validation_lane(run(pipeline, share=1.0), "training") is None  # no bound
