@@ -78,13 +78,11 @@ class FakeServer:
         self.calls.append(path)
         if self.up_at is None:
             self.up_at = time.monotonic() + self.down_for_s
-        if time.monotonic() < self.up_at:
-            return web.json_response({"error": "starting"}, status=503)
+        if time.monotonic() < self.up_at or self.failing[path] > 0:
+            self.failing[path] -= time.monotonic() >= self.up_at
+            return web.json_response({"error": "starting or failing"}, status=503)
         if self.hung:  # SIGSTOPped: the connection opens, nothing ever answers
             await self._closing.wait()
-        if self.failing[path] > 0:
-            self.failing[path] -= 1
-            return web.json_response({"error": "failing on purpose"}, status=503)
         body = await request.json() if request.can_read_body else {}
         if path == "/inference/v1/generate":
             return await self._generate(body)
