@@ -123,3 +123,33 @@ def test_hundreds_of_connections_under_a_256_soft_limit_work_or_refuse_with_the_
     # 2 x (300 + 2 + 16) + 512 = 1148
     assert "needs up to 1148 open files, but RLIMIT_NOFILE's hard limit is 256: raise it " \
            "(`ulimit -n 1148`" in hard.stderr, hard.stderr[-3000:]
+
+
+def test_a_server_given_up_on_is_not_retried_and_with_none_left_generation_stops_at_once(
+        fakes, tiny_model_path):
+    from scalerl.rollout.base_generator import GeneratorUnavailable
+    from scalerl.rollout.server_pool import ServerGone
+
+    class GivesUp(ServerGenerator):  # as LocalServerGenerator does once restarts run out
+        async def _join(self, server):
+            if server.joined:
+                raise ServerGone(f"{server.url}: died too often")
+            await super()._join(server)
+
+    fake = fakes()
+    gen = GivesUp(tiny_model_path, config=EngineConfig(servers=(fake.url,), server_wait_s=60.0))
+    try:
+        server = gen.pool.servers[0]
+
+        async def lose_and_acquire():
+            gen.pool.lose(server, "test: lost")
+            await asyncio.wait_for(server.retry, 10)  # one try (after 1 s), then no more
+            await gen.pool.acquire()
+
+        t = time.monotonic()
+        with pytest.raises(GeneratorUnavailable, match="every vLLM server is gone for good: "
+                           r"http://127\.0\.0\.1:\d+: died too often"):
+            gen._call(lose_and_acquire(), 30, "the scenario")
+        assert time.monotonic() - t < 5 and server.gone  # not engine.server_wait_s (60 s)
+    finally:
+        gen.close()
