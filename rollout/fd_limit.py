@@ -4,10 +4,11 @@ Every generation request in flight holds one HTTP connection (one descriptor) in
 one in its server: rank 0 of a run on 5 engines of max_num_seqs 95 holds up to 5 x 2 x 95 of
 them, more than a default soft limit of 1024 once the rest of the process is counted, and a
 client out of descriptors fails its health probes (EMFILE) and drops server after server.
-`fds_needed` counts what the client's connection pools may hold (rollout/server_pool.py bounds
-them to exactly that); `raise_fd_limit` raises the soft RLIMIT_NOFILE toward the hard one at
+`fds_needed` counts what the client's connection pools may hold (`open_sessions` bounds them
+to exactly that); `raise_fd_limit` raises the soft RLIMIT_NOFILE toward the hard one at
 start-up (local servers inherit it) and refuses, with the `ulimit -n` that fixes it, when even
-the hard limit is too low. Nothing else is changed here.
+the hard limit is too low; `open_sessions` opens the client's two connection pools, bounded so.
+Nothing else is changed here.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ FD_RESERVE = 512
 """Descriptors for everything else in the client's process: 6 after importing torch, vLLM and
 aiohttp (measured here, /proc/self/fd), plus logs, checkpoints, the tokenizer, sandbox workers'
 pipes and NCCL's sockets, a few each; 512 is a wide margin over them."""
+KEEPALIVE_S = 2.0
+"""Seconds an idle generation connection is kept (vLLM's server drops them after 5)."""
 SOFT_TARGET = 65535
 """The soft limit aimed for when the hard one allows (vLLM's own API server raises its soft
 limit to 65535: vllm/utils/system_utils.py, set_ulimit)."""
@@ -57,3 +60,22 @@ def raise_fd_limit(need: int, what: str) -> tuple[int, int]:
                     soft, target, what, need)
         soft = target
     return soft, hard
+
+
+def open_sessions(servers: int, requests_per_server: int) -> tuple:
+    """The client's two aiohttp sessions (rollout/server_pool.py), bounded per server, after
+    raising the open-files limit to hold them all. Generation reuses connections, dropped well
+    before vLLM's 5 s keep-alive ends (a connection the server closes as it is reused would look
+    like a failed server); control calls each get a fresh one (vLLM closes the connection after
+    an error reply, e.g. a failed reload)."""
+    import aiohttp
+
+    raise_fd_limit(fds_needed(servers, requests_per_server),
+                   f"a client of {servers} vLLM server(s) with up to {requests_per_server} "
+                   "requests in flight on each (engine.server_max_requests)")
+    per_server = requests_per_server + SPARE_CONNECTIONS
+    generation = aiohttp.ClientSession(connector=aiohttp.TCPConnector(
+        limit=servers * per_server, limit_per_host=per_server, keepalive_timeout=KEEPALIVE_S))
+    control = aiohttp.ClientSession(connector=aiohttp.TCPConnector(
+        force_close=True, limit=servers * CONTROL_CONNECTIONS, limit_per_host=CONTROL_CONNECTIONS))
+    return generation, control

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from scalerl.rollout import server_records as records
 from scalerl.rollout.engine_config import EngineConfig
+from scalerl.rollout.fd_limit import fds_needed, raise_fd_limit
 from scalerl.rollout.server_command import server_command
 from scalerl.rollout.server_generator import ServerGenerator
 from scalerl.rollout.server_pool import Server, ServerError, ServerGone
@@ -85,6 +86,10 @@ class LocalServers:
         devices = split_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), count,
                                 config.tensor_parallel_size)
         alone = dataclasses.replace(config, servers=(), data_parallel_size=1)
+        # before minutes of start-up: refused now if the run's client cannot hold its
+        # connections; the servers inherit the raised limit
+        raise_fd_limit(fds_needed(count, config.requests_per_server),
+                       f"a run's client of {count} local vLLM servers")
         for line in records.sweep(records.records_dir(), GUARD_GRACE_S):
             print(f"local vLLM servers: {line}", file=sys.stderr, flush=True)
         try:

@@ -39,19 +39,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scalerl.rollout.base_generator import GeneratorUnavailable
-from scalerl.rollout.fd_limit import (
-    CONTROL_CONNECTIONS,
-    SPARE_CONNECTIONS,
-    fds_needed,
-    raise_fd_limit,
-)
+from scalerl.rollout.fd_limit import open_sessions
 
 logger = logging.getLogger(__name__)
 
 PROBE_EVERY_S = 2.0
 """Seconds between health probes of each up server."""
-KEEPALIVE_S = 2.0
-"""Seconds an idle generation connection is kept (vLLM's server drops them after 5)."""
 BACKOFF_S = (1.0, 30.0)
 """First wait before retrying a lost server, and the longest (doubling in between)."""
 CONTROL_ATTEMPTS = 4
@@ -181,30 +174,13 @@ class ServerPool:
     async def start(self) -> None:
         """Open the sessions, try every server once (at once), keep retrying those that failed,
         and start probing the joined ones."""
-        self._open_sessions()
+        cap = self.servers[0].slots.capacity  # connections bounded per server, the open-files
+        self._session, self._control = open_sessions(len(self.servers), cap)  # limit raised
         joined = await asyncio.gather(*(self._attempt(s) for s in self.servers))
         for server, ok in zip(self.servers, joined, strict=True):
             if not ok:
                 server.retry = asyncio.ensure_future(self._rejoin(server, BACKOFF_S[0]))
         self._watcher = asyncio.ensure_future(self._watch())
-
-    def _open_sessions(self) -> None:
-        """The two connection pools, each bounded per server (rollout/fd_limit.py), after
-        raising the open-files limit to hold them all. Generation reuses connections, dropped
-        well before vLLM's 5 s keep-alive ends (a connection the server closes as it is reused
-        would look like a failed server); control calls each get a fresh one (vLLM closes the
-        connection after an error reply, e.g. a failed reload)."""
-        import aiohttp
-
-        n, cap = len(self.servers), self.servers[0].slots.capacity
-        raise_fd_limit(fds_needed(n, cap), f"a client of {n} vLLM server(s) with up to {cap} "
-                       "requests in flight on each (engine.server_max_requests)")
-        per_server = cap + SPARE_CONNECTIONS
-        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(
-            limit=n * per_server, limit_per_host=per_server, keepalive_timeout=KEEPALIVE_S))
-        self._control = aiohttp.ClientSession(connector=aiohttp.TCPConnector(
-            force_close=True, limit=n * CONTROL_CONNECTIONS,
-            limit_per_host=CONTROL_CONNECTIONS))
 
     # ---- calls ----------------------------------------------------------------------------
     async def control(self, server: Server, method: str, path: str, *,
