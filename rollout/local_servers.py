@@ -131,7 +131,8 @@ class LocalServers:
         else:
             self.procs.append(proc)
         self._records[i] = records.write_record(records.records_dir(), token, {
-            "url": self.urls[i], "guard": proc.pid, "command": self._argv[i]})
+            "url": self.urls[i], "guard": proc.pid, "command": self._argv[i],
+            "log": str(self._logs[i])})
 
     def alive(self, i: int) -> bool:
         """Whether server i's guard is still running (the server, or its clean-up)."""

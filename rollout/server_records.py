@@ -1,15 +1,15 @@
 """What a run leaves on disk about the local vLLM servers it started, and the directories they use.
 
-A record (`RECORDS_DIR/<host>-<token>.json`, under the scalerl cache: $SCALERL_CACHE, default
-~/.cache/scalerl) is written for every local server started and removed when it is stopped. It
-names the run's process (pid and start time) and the server's token, an environment variable
-every process of that server carries (`TOKEN_VAR`: the guard, the API server, its engine core
-and workers inherit it). `sweep` is what a later start does first: for each record of this host
-whose run is gone, it stops the processes that carry the record's token (SIGTERM, SIGKILL after a
-grace) and removes the record. Leftovers are rare (rollout/server_guard.py ends a server with
-its run), but a guard that was itself SIGKILLed leaves its server; a process is stopped only
-when its own environment carries the token, never for its pid alone, and a run that is alive
-(another run on this host) keeps its servers.
+A record (`local-servers/<host>-<token>.json` under the scalerl cache: $SCALERL_CACHE, default
+~/.cache/scalerl) is written for every local server started and removed when it is stopped. It names
+the run's process (pid and start time) and the server's token, an environment variable every process
+of that server carries (`TOKEN_VAR`: the guard, the API server, its engine core and workers inherit
+it). `sweep` is what a later start does first: for each record of this host whose run is gone, it
+stops the processes that carry the record's token (SIGTERM, SIGKILL after a grace) and removes the
+record and the server's log file. Leftovers are rare (rollout/server_guard.py ends a server with its
+run), but a guard that was itself SIGKILLed leaves its server; a process is stopped only when its
+own environment carries the token, never for its pid alone, and a run that is alive (another run on
+this host) keeps its servers.
 
 `claim_cache_dir` gives each local server a vLLM cache root of its own (VLLM_CACHE_ROOT: vLLM
 0.32 writes its torch.compile cache, inductor's and triton's under it: vllm/envs.py,
@@ -89,6 +89,8 @@ def sweep(directory: Path, grace_s: float) -> list[str]:
             lines.append(f"stopped {len(pids)} process(es) of a local vLLM server left by a "
                          f"run that is gone (pid {owner}; {record.get('url', '?')}, "
                          f"{path.name})")
+        if log := record.get("log"):  # its output, which that run never copied or removed
+            Path(log).unlink(missing_ok=True)
         path.unlink(missing_ok=True)
     return lines
 
