@@ -196,6 +196,8 @@ class ServerPool:
                 return await self.call(server, method, path, timeout_s=max(
                     0.1, deadline - loop.time()), **kwargs)
             except ServerError as exc:
+                if attempt == 0 and not server.up:
+                    raise  # not retried: its error as it came
                 wait = CONTROL_BACKOFF_S * 2 ** attempt
                 if (not server.up or attempt + 1 == CONTROL_ATTEMPTS
                         or loop.time() + wait >= deadline):
