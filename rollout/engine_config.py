@@ -116,6 +116,10 @@ class EngineConfig:
     gauges at `/metrics` (`vllm:num_requests_running`, `vllm:num_requests_waiting`,
     `vllm:kv_cache_usage_perc`, ...) that a cluster's monitoring scrapes. Off by default (a
     little CPU per engine step)."""
+    local_server_restarts: int = 3
+    """Times each of a run's local servers (`data_parallel_size` > 1) is started again after it
+    died (it rejoins with the current weights; `files` transfer only); after that it is given up
+    on with an error naming it, and the run stops with a checkpoint once none is left."""
     server_wait_s: float = 300.0
     """How long generation waits for a usable server when none is left before giving up (a
     training run then writes a checkpoint and stops; `--resume` continues)."""
@@ -195,10 +199,12 @@ class EngineConfig:
                                                  and self.kv_cache_gib <= 0):
             raise ValueError(f"EngineConfig needs 0 < memory_fraction <= 1 and kv_cache_gib > 0 "
                              f"(or null), got {self.memory_fraction} and {self.kv_cache_gib}")
-        for name in ("max_num_seqs", "data_parallel_size", "server_max_requests"):
+        for name, low in (("max_num_seqs", 1), ("data_parallel_size", 1),
+                          ("server_max_requests", 1), ("local_server_restarts", 0)):
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"EngineConfig.{name} must be >= 1 or null, got {value}")
+            if value is not None and value < low:
+                null = " or null" if name != "local_server_restarts" else ""
+                raise ValueError(f"EngineConfig.{name} must be >= {low}{null}, got {value}")
         for url in self.servers:
             if not isinstance(url, str) or not url.startswith(("http://", "https://")):
                 raise ValueError(f"EngineConfig.servers: {url!r} is not a URL; valid: "

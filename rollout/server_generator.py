@@ -12,15 +12,16 @@ computed under older weights (one sent before it is in flight: like a running re
 the KV it shares with its prompt's other rollouts, PipelineRL's behaviour).
 
 Weights (`engine.weight_transfer: files`) are written once as safetensors shards into
-`engine.weights_dir` (which every server must read), then each server pauses keeping its KV
-cache, reloads in place, takes the new version label (checked with `/weight_info`) and resumes.
-A server whose reload fails puts the previous files back and gets no requests until it has the
-current ones; if no server takes an update it is WeightUpdateError and the version is unchanged.
-A server that dies or hangs (its `/health` fails) has its requests issued again elsewhere and
-rejoins (with backoff) with the current weights; a request that fails alone is issued again and
-its server, healthy, keeps its place (rollout/server_pool.py, which also caps the requests per
-server and orders them by `priority`). `nccl` drives vLLM's NCCL weight transfer over every
-server's HTTP routes (one group, a rank offset per server): written against vLLM 0.32.
+`engine.weights_dir` (which every server must read), then each server pauses keeping its KV cache,
+reloads in place, takes the new version label (checked with `/weight_info`) and resumes. Control
+calls to a server that is up are retried (with backoff, within their timeout) before it is taken out
+(rollout/server_pool.py). A server whose reload fails puts the previous files back and gets no
+requests until it has the current ones; if no server takes an update it is WeightUpdateError and the
+version is unchanged. A server that dies or hangs (its `/health` fails) has its requests issued
+again elsewhere and rejoins (with backoff) with the current weights; a request that fails alone is
+issued again and its server, healthy, keeps its place (rollout/server_pool.py, which also caps the
+requests per server and orders them by `priority`). `nccl` drives vLLM's NCCL weight transfer over
+every server's HTTP routes (one group, a rank offset per server): written against vLLM 0.32.
 """
 
 from __future__ import annotations
@@ -174,15 +175,15 @@ class ServerGenerator(BaseGenerator):
                 return
 
     async def _reload(self, server: Server, directory: Path, timeout_s: float) -> None:
-        await self.pool.call(server, "POST", "/collective_rpc", timeout_s=timeout_s, body={
+        await self.pool.control(server, "POST", "/collective_rpc", timeout_s=timeout_s, body={
             "method": RELOAD_METHOD, "kwargs": {"weights_path": str(directory)},
             "timeout": timeout_s})
 
     async def _label(self, server: Server, version: int) -> None:
         """Label the weights `version` (tokens sampled from now on carry it) and check it took."""
-        await self.pool.call(server, "POST", "/update_weight_version",
-                             body={"new_version": str(version)})
-        label = (await self.pool.call(server, "GET", "/weight_info"))["weight_version"]
+        await self.pool.control(server, "POST", "/update_weight_version",
+                                body={"new_version": str(version)})
+        label = (await self.pool.control(server, "GET", "/weight_info"))["weight_version"]
         if label != str(version):
             raise ServerError(f"{server.url}: /weight_info says {label!r} after setting "
                               f"version {version}")
@@ -322,8 +323,8 @@ class ServerGenerator(BaseGenerator):
         times: dict[str, float] = {}
         try:
             t = time.perf_counter()
-            await self.pool.tracked(server, self.pool.call(server, "POST", "/pause",
-                                                           params={"mode": "keep"}))
+            await self.pool.tracked(server, self.pool.control(server, "POST", "/pause",
+                                                              params={"mode": "keep"}))
             times["pause_s"] = time.perf_counter() - t
             t = time.perf_counter()
             try:
@@ -361,7 +362,7 @@ class ServerGenerator(BaseGenerator):
         fails it is taken out."""
         live = self.pool.up if servers is None else [
             s for s in servers if s.up or not s.stale]
-        results = await asyncio.gather(*(self.pool.call(s, method, path, **kwargs)
+        results = await asyncio.gather(*(self.pool.control(s, method, path, **kwargs)
                                          for s in live), return_exceptions=True)
         for server, result in zip(live, results, strict=True):
             if isinstance(result, (ServerError, RequestRejected)):
@@ -389,7 +390,7 @@ class ServerGenerator(BaseGenerator):
         """After a failed NCCL update: every up server ends its workers' open reload (layers
         that received nothing get their current weights back; rollout/vllm_worker.py)."""
         async def go():
-            await asyncio.gather(*(self.pool.call(
+            await asyncio.gather(*(self.pool.control(
                 s, "POST", "/collective_rpc", timeout_s=timeout_s,
                 body={"method": ABORT_METHOD, "timeout": timeout_s}) for s in self.pool.up))
         self._call(go(), 2 * timeout_s, "ending a failed weight update on the servers")

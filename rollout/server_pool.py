@@ -9,16 +9,21 @@ generation requests are in flight on one server; the others wait here (`Slots`,
 rollout/admission.py), lowest `priority` first, a bounded lane's (held-out validation) no more
 than its share, and their waiting counts toward no timeout.
 
-Liveness is `/health`, probed every PROBE_EVERY_S with the control timeout: a server that fails a
-probe, or a control call, is taken out: its requests raise `ServerError` so the caller issues
-them elsewhere, and a rejoin task retries it with exponential backoff through the owner's
-`join(server)` (which puts the current weights on it) before it gets requests again. A
-generation request that fails on its own (no reply within `request_timeout_s` of being sent, a
-reset connection, a 5xx) first probes `/health`: when it answers, only that request fails
-(`RequestFailed`, the caller issues it again) and the server keeps its place and its other
-requests; a slow request never takes a healthy server out. `acquire` waits at most `wait_s` for
-a usable server, then raises GeneratorUnavailable naming each server and why it is out. No
-weights and no tokens here (rollout/server_generator.py).
+Liveness is `/health`, probed every PROBE_EVERY_S with the control timeout. A control call (the
+probe, pause, reload, label, resume, ...) to a server that is up is retried (`control`: up to
+CONTROL_ATTEMPTS tries, CONTROL_BACKOFF_S doubling in between, all within the call's own timeout)
+before the server is declared lost; a server that still fails is taken out: its requests raise
+`ServerError` so the caller issues them elsewhere, and a rejoin task retries it with exponential
+backoff through the owner's `join(server)` (which puts the current weights on it) before it gets
+requests again. A generation request that fails on its own (no reply within `request_timeout_s` of
+being sent, a reset connection, a 5xx) first probes `/health`: when it answers, only that request
+fails (`RequestFailed`, the caller issues it again) and the server keeps its place and its other
+requests; a slow request never takes a healthy server out. `acquire` waits at most `wait_s` for a
+usable server, then raises GeneratorUnavailable naming each server and why it is out; at once when
+every server is gone for good (`ServerGone`: the owner will not bring it back). Connections are
+bounded per server (the request cap plus spares; rollout/fd_limit.py) and the soft open-files limit
+is raised to hold them at start (refused, with the fix, when the hard limit is too low). No weights
+and no tokens here (rollout/server_generator.py).
 """
 
 from __future__ import annotations
@@ -34,20 +39,29 @@ from typing import Any
 
 from scalerl.rollout.admission import Slots
 from scalerl.rollout.base_generator import GeneratorUnavailable
+from scalerl.rollout.fd_limit import open_sessions
 
 logger = logging.getLogger(__name__)
 
 PROBE_EVERY_S = 2.0
 """Seconds between health probes of each up server."""
-KEEPALIVE_S = 2.0
-"""Seconds an idle generation connection is kept (vLLM's server drops them after 5)."""
 BACKOFF_S = (1.0, 30.0)
 """First wait before retrying a lost server, and the longest (doubling in between)."""
+CONTROL_ATTEMPTS = 4
+"""Tries of a control call to an up server before it is declared lost (a refused connection, a
+5xx or a timeout each count; a 4xx is the call's fault and is not retried)."""
+CONTROL_BACKOFF_S = 0.5
+"""Wait before a control call's second try, doubling before each next one (0.5, 1, 2 s)."""
 
 
 class ServerError(RuntimeError):
     """A server failed a call: unreachable, timed out, a 5xx reply, or an answer that shows it is
     not in the state this client put it in. The message names the server and the call."""
+
+
+class ServerGone(ServerError):
+    """Raised by the owner's `join`: the server will not come back (e.g. a local server that died
+    too often); it is not retried any more."""
 
 
 class RequestRejected(RuntimeError):
@@ -88,6 +102,8 @@ class Server:
     lost: int = 0
     joined: int = 0
     retry: asyncio.Task | None = None
+    gone: bool = False
+    """Given up on for good (`ServerGone`)."""
 
 
 _SLOT: contextvars.ContextVar[list | None] = contextvars.ContextVar("server_slot", default=None)
@@ -114,19 +130,14 @@ class ServerPool:
         self._watcher: asyncio.Task | None = None
         self._some_up = asyncio.Event()
         self._closed = False
+        self.control_retries = 0
+        """Control calls tried again after a failure."""
 
     async def start(self) -> None:
         """Open the sessions, try every server once (at once), keep retrying those that failed,
         and start probing the joined ones."""
-        import aiohttp
-
-        # Generation reuses connections, dropped well before vLLM's 5 s keep-alive ends (a
-        # connection the server closes as it is reused would look like a failed server);
-        # control calls are rare and each gets a fresh one (vLLM closes the connection after
-        # an error reply, e.g. a failed reload).
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S))
-        self._control = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
+        cap = self.servers[0].slots.capacity  # connections bounded per server, the open-files
+        self._session, self._control = open_sessions(len(self.servers), cap)  # limit raised
         joined = await asyncio.gather(*(self._attempt(s) for s in self.servers))
         for server, ok in zip(self.servers, joined, strict=True):
             if not ok:
@@ -134,6 +145,31 @@ class ServerPool:
         self._watcher = asyncio.ensure_future(self._watch())
 
     # ---- calls ----------------------------------------------------------------------------
+    async def control(self, server: Server, method: str, path: str, *,
+                      timeout_s: float | None = None, **kwargs: Any) -> Any:
+        """`call`, retried while `server` is up: up to CONTROL_ATTEMPTS tries with backoff, all
+        within `timeout_s` (the call's budget; each try gets what is left of it). A server that
+        is not up (joining, or taken out meanwhile) is not retried here: its rejoin retries it
+        as a whole. The last ServerError when every try failed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (timeout_s or self.timeout_s)
+        for attempt in range(CONTROL_ATTEMPTS):
+            try:
+                return await self.call(server, method, path, timeout_s=max(
+                    0.1, deadline - loop.time()), **kwargs)
+            except ServerError as exc:
+                if attempt == 0 and not server.up:
+                    raise  # not retried: its error as it came
+                wait = CONTROL_BACKOFF_S * 2 ** attempt
+                if (not server.up or attempt + 1 == CONTROL_ATTEMPTS
+                        or loop.time() + wait >= deadline):
+                    raise ServerError(f"{exc} (try {attempt + 1} of at most "
+                                      f"{CONTROL_ATTEMPTS})") from exc
+                self.control_retries += 1
+                logger.warning("%s; trying again in %.1f s", exc, wait)
+                await asyncio.sleep(wait)
+        raise AssertionError("unreachable")
+
     async def call(self, server: Server, method: str, path: str, *, body: Any = None,
                    params: dict | None = None, timeout_s: float | None = None,
                    session: Any = None, read_timeout_s: float | None = None) -> Any:
@@ -258,6 +294,9 @@ class ServerPool:
                     f"no vLLM server usable for {self.wait_s:.0f} s (engine.server_wait_s): "
                     + "; ".join(s.reason if s.reason.startswith(s.url) else
                                 f"{s.url}: {s.reason}" for s in self.servers))
+            if all(s.gone for s in self.servers):
+                raise GeneratorUnavailable("every vLLM server is gone for good: " + "; ".join(
+                    s.reason for s in self.servers))
             self._some_up.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._some_up.wait(), left)
@@ -289,7 +328,7 @@ class ServerPool:
 
     async def _rejoin(self, server: Server, first_wait: float) -> None:
         wait = first_wait
-        while not self._closed:
+        while not self._closed and not server.gone:
             await asyncio.sleep(wait)
             if await self._attempt(server):
                 return
@@ -301,6 +340,10 @@ class ServerPool:
             await self._join(server)
         except Exception as exc:  # noqa: BLE001 - kept as the reason it is out, shown later
             server.reason = str(exc) if isinstance(exc, ServerError) else describe(exc)
+            if isinstance(exc, ServerGone):
+                server.gone = True
+                logger.error("vLLM server %s is given up on: %s", server.url, exc)
+                self._some_up.set()  # waiters see that every server may be gone
             return False
         server.up, server.reason, server.stale, server.retry = True, "", False, None
         server.joined += 1
@@ -314,7 +357,7 @@ class ServerPool:
         while not self._closed:
             await asyncio.sleep(PROBE_EVERY_S)
             live = self.up
-            results = await asyncio.gather(*(self.call(s, "GET", "/health") for s in live),
+            results = await asyncio.gather(*(self.control(s, "GET", "/health") for s in live),
                                            return_exceptions=True)
             for server, result in zip(live, results, strict=True):
                 if isinstance(result, Exception):
@@ -325,7 +368,8 @@ class ServerPool:
                 "servers/lost_total": float(sum(s.lost for s in self.servers)),
                 "servers/requests_failed_total": float(sum(s.failed for s in self.servers)),
                 "servers/rejoined_total": float(sum(max(0, s.joined - 1)
-                                                    for s in self.servers))}
+                                                    for s in self.servers)),
+                "servers/control_retries_total": float(self.control_retries)}
 
     async def close(self) -> None:
         self._closed = True

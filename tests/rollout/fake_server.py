@@ -1,7 +1,8 @@
 """A stand-in for a vLLM server's HTTP routes, for behaviour a real server cannot be made to show
 on demand: a server still starting, a `/get_world_size` that answers late or never, an
 `/update_weights` that takes minutes (an 8B broadcast), a generation request held as long as a
-test likes while `/health` answers, a server that stops answering anything (`hang`). Serves on
+test likes while `/health` answers, a server that stops answering anything (`hang`), a route
+that fails its next calls with HTTP 503 (`failing`). Serves on
 loopback from a thread and records every call. Its `/inference/v1/generate` returns token 7
 `max_tokens` times, labelled with its weight version (real tokens: tests/conftest.py's servers).
 """
@@ -21,7 +22,8 @@ class FakeServer:
     def __init__(self, model_root: str, *, world_size: int = 1, world_size_delay_s: float = 0.0,
                  update_delay_s: float = 0.0, max_model_len: int = 1024,
                  down_for_s: float = 0.0, data_parallel: int = 1,
-                 hold: Callable[[list[int], int], Awaitable[None]] | None = None):
+                 hold: Callable[[list[int], int], Awaitable[None]] | None = None,
+                 failing: dict[str, int] | None = None):
         self.model_root, self.world_size = model_root, world_size
         self.data_parallel = data_parallel
         """vLLM's `--data-parallel-size`: `/get_world_size` counts it unless `include_dp` is
@@ -45,6 +47,9 @@ class FakeServer:
         """Each generation request's `priority` and `cache_salt`, in the order they came."""
         self.in_flight = self.most_in_flight = 0
         self.hung = False
+        self.failing = collections.Counter(failing or {})
+        """Route -> how many of its next calls get HTTP 503 (as vLLM answers while its engine
+        is busy or broken) before it answers again."""
         self.label = "default"
         self.calls: list[str] = []
         self.rpcs: list[str] = []
@@ -73,8 +78,9 @@ class FakeServer:
         self.calls.append(path)
         if self.up_at is None:
             self.up_at = time.monotonic() + self.down_for_s
-        if time.monotonic() < self.up_at:
-            return web.json_response({"error": "starting"}, status=503)
+        if time.monotonic() < self.up_at or self.failing[path] > 0:
+            self.failing[path] -= time.monotonic() >= self.up_at
+            return web.json_response({"error": "starting or failing"}, status=503)
         if self.hung:  # SIGSTOPped: the connection opens, nothing ever answers
             await self._closing.wait()
         body = await request.json() if request.can_read_body else {}
