@@ -172,7 +172,7 @@ class PPOOffPolicy:
 
     def state_dict(self) -> dict[str, Any]:
         sampler_state = getattr(self.sampler, "state_dict", None)
-        return {"round": self.round, "pending": self.pending,
+        return {"round": self.round, "pending": list(self.pending),  # a copy: pop() follows
                 "sampler": sampler_state() if sampler_state else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

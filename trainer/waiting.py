@@ -52,3 +52,16 @@ def broadcast_from_rank0(obj: Any) -> Any:
     payload = [obj]
     dist.broadcast_object_list(payload, src=0, group=_waiting_group())
     return payload[0]
+
+
+def any_rank(flag: bool) -> bool:
+    """Whether `flag` is true on any rank (every rank calls it at the same point; a CPU
+    all-reduce on the waiting group, so it neither syncs the GPU nor meets a collective
+    timeout)."""
+    if not distributed():
+        return flag
+    import torch
+
+    value = torch.tensor([int(flag)])
+    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=_waiting_group())
+    return bool(value.item())

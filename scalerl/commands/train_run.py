@@ -24,6 +24,7 @@ from typing import Any
 from scalerl.coerce import ConfigError
 from scalerl.commands import CommandError
 from scalerl.config import RunConfig, to_dict
+from scalerl.trainer.stopping import STOPPED
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,6 @@ class Trained:
     """summary.json: wall_s, peak_rss_mb, steps, validations, train_s, loop_s, stopped, source."""
 
 
-STOPPED = 75
-"""Exit code of a run stopped because generation is unavailable (EX_TEMPFAIL: retry later;
-a checkpoint is written, `--resume` continues)."""
 
 
 def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict | None = None,
