@@ -9,9 +9,10 @@ generator. Verifier failures (`error` verdicts) are never trained on; when they 
 `filters.max_error_frac` for `filters.error_patience` steps in a row the loop checkpoints and
 stops early, with the reason in `Run.stopped`. When generation becomes unavailable
 (GeneratorUnavailable: no vLLM server left, or a publish of new weights failed) every rank
-learns it from rank 0, and the loop checkpoints and raises RunStopped. Building the
-model, the generator and the tasks is the glue's (scalerl/training.py); this module never
-imports vLLM.
+learns it from rank 0, and the loop checkpoints and raises RunStopped; so does a stop asked by a
+signal, mid-step (the step dropped, the last completed one saved as it was) or at a boundary.
+Building the model, the generator and the tasks is the glue's (scalerl/training.py); this module
+never imports vLLM.
 """
 
 from __future__ import annotations
@@ -87,8 +88,9 @@ def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str
     `update_weights`). `devices`: the devices the run holds, for the compute axis (None: one per
     trainer process plus one for the generator). `description`: what the experiment trackers
     record of the run when it starts (the glue's: config, recipe, model, tasks, versions).
-    `stop`: set by the process's signal handlers; the run checkpoints and stops (RunStopped)
-    at the next step boundary once it is set. `validator` (rank 0, `val.servers`): held-out
+    `stop`: set by the process's signal handlers; once it is set the run stops (RunStopped)
+    at the next micro-batch, wait for a batch or step boundary, with a checkpoint of the last
+    completed step (trainer/stopping.py). `validator` (rank 0, `val.servers`): held-out
     validation on a generator of its own while training goes on (trainer/validation.py).
     """
     run = setup(cfg, model, tokenizer, generator, tasks, Path(run_dir), accelerator, publisher,

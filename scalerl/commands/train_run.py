@@ -112,9 +112,10 @@ def _train(cfg: RunConfig, run_dir: Path, ckpt: Path | None, *, verbose: bool,
 
 @contextmanager
 def _stop_signals() -> Iterator[Any]:
-    """A StopRequest its signals set (SIGTERM/SIGUSR1: checkpoint at the next step boundary,
-    exit 75) while the run lasts; the process's own handlers are put back after it. Off the
-    main thread (a library caller's thread) no handler can be set: the run has none."""
+    """A StopRequest its signals set (SIGTERM/SIGUSR1: stop mid-step with a checkpoint of the
+    last completed step, exit 75) while the run lasts; the process's own handlers are put back
+    after it. Off the main thread (a library caller's thread) no handler can be set: the run has
+    none."""
     import signal
 
     from scalerl.trainer.stopping import STOP_SIGNALS, StopRequest
