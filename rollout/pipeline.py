@@ -302,10 +302,14 @@ class PipelineRL:
     def state_dict(self) -> dict[str, Any]:
         """Buffer (completed groups, in-flight prompts) and sampler position, taken together so
         that every prompt drawn from the sampler is in the buffer's state."""
+        return self.snapshot()()
+
+    def snapshot(self) -> Callable[[], dict[str, Any]]:
+        """`state_dict` as of now, serialised when called (`GroupBuffer.snapshot`)."""
         with self._admit_lock:
             sampler_state = getattr(self.sampler, "state_dict", None)
-            return {"buffer": self.buffer.state_dict(),
-                    "sampler": sampler_state() if sampler_state else None}
+            buffer, sampler = self.buffer.snapshot(), sampler_state() if sampler_state else None
+        return lambda: {"buffer": buffer(), "sampler": sampler}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore before `start()`: in-flight prompts are regenerated first, then new ones."""

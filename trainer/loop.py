@@ -154,7 +154,7 @@ def loop(run: Run) -> None:
         validate_everywhere(run)
         end_step(run)
     while run.step < cfg.steps:
-        run.last_step = trainer_state(run)  # what a stop before this step's update saves
+        run.last_step = trainer_state(run, later=True)  # what a stop before the update saves
         t0 = time.perf_counter()
         groups, gen_metrics = next_groups(run)
         kept, report = filter_groups(run, groups)
@@ -298,14 +298,17 @@ def restore(run: Run, path: Path) -> None:
     set_rng_state(state["rng"])
 
 
-def trainer_state(run: Run) -> dict[str, Any] | None:
+def trainer_state(run: Run, later: bool = False) -> dict[str, Any] | None:
     """Rank 0: the checkpoint's state besides the weights and the optimizer, copied now (the
-    RNG states included); None on the other ranks (only rank 0 writes it)."""
+    RNG states included); None on the other ranks (only rank 0 writes it). `later`: the
+    source's state as a snapshot, serialised by `checkpoint` (PipelineRL's buffer of rollouts
+    takes seconds, the copy of its references none)."""
     if not run.accelerator.is_main_process:
         return None
+    source = run.source.snapshot() if later else run.source.state_dict()
     return {"scheduler": run.scheduler.state_dict(),
             "retirement": run.retirement.state_dict(), "clock": run.clock.state_dict(),
-            "source": run.source.state_dict(), "train_s": run.train_s, "loop_s": run.loop_s,
+            "source": source, "train_s": run.train_s, "loop_s": run.loop_s,
             "validations": list(run.validations),
             "val_pending": list(run.validator.pending) if run.validator is not None else [],
             "rng": rng_state()}
@@ -329,6 +332,8 @@ def checkpoint(run: Run, state: dict[str, Any] | None = None) -> None:
         return
     optimizer = None if sharded else run.optimizer.state_dict()  # sharded: saved per rank
     state = {"optimizer": optimizer, **(state or trainer_state(run))}
+    if callable(state["source"]):  # a snapshot taken at the step's start
+        state["source"] = state["source"]()
     save_checkpoint(run.run_dir, run.step, unwrap(run), run.tokenizer, state,
                     keep=run.cfg.checkpoint.keep, state_dict=weights)
     run.saved_at = time.monotonic()

@@ -106,6 +106,9 @@ class PipelineSource:
     def state_dict(self) -> dict[str, Any]:
         return self.pipeline.state_dict()
 
+    def snapshot(self) -> Callable[[], dict[str, Any]]:
+        return self.pipeline.snapshot()
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "buffer" not in state:
             raise ValueError("checkpoint source state is not PipelineRL's (no 'buffer'); it was "

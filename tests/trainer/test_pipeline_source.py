@@ -330,3 +330,24 @@ def test_ppo_state_taken_at_a_step_start_is_a_copy_the_step_does_not_change():
     resumed = PPOOffPolicy(SeededGenerator(), sampler(), settings(k=2))
     resumed.load_state_dict(state)
     assert key(resumed.next_groups(1)[0]) == key(served)
+
+
+def test_a_pipeline_snapshot_serialised_after_the_next_batch_is_taken_still_holds_it():
+    """The loop snapshots the source at each step's start and serialises it only if a stop
+    drops that step: the batch taken meanwhile must be in it, so the resumed run trains it."""
+    source = PipelineSource(SeededGenerator(), sampler(), settings(max_lag=0))
+    try:
+        drive(source, steps=1)
+        snapshot = source.snapshot()
+        served, _ = source.next_groups(1)
+        state = snapshot()
+    finally:
+        source.close()
+    assert state["buffer"]["batches_taken"] == 1
+    resumed = PipelineSource(SeededGenerator(), sampler(), settings(max_lag=0))
+    resumed.load_state_dict(state)
+    try:
+        resumed.on_step(1, WEIGHTS)  # what a resume does first (loop.restore: hand_weights)
+        assert key(resumed.next_groups(1)[0]) == key(served)
+    finally:
+        resumed.close()
