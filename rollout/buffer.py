@@ -282,14 +282,21 @@ class GroupBuffer:
     def state_dict(self) -> dict[str, Any]:
         """Completed-but-untrained groups with their rollouts, and every other admitted prompt
         (queued or in flight) to regenerate on resume. JSON-able."""
+        return self.snapshot()()
+
+    def snapshot(self) -> Callable[[], dict[str, Any]]:
+        """`state_dict` as of now, built when called: the slots are copied now by reference
+        (groups are frozen), the rollouts serialised later (seconds at a real batch's size)."""
         with self._cond:
-            slots = [{"seq": s, "sample": slot.sample.to_dict(),
-                      "rollouts": ([rollout_to_dict(r) for r in slot.group.rollouts]
-                                   if slot.state == "done" and slot.group else None)}
+            slots = [(s, slot.sample, slot.group if slot.state == "done" else None)
                      for s, slot in sorted(self._slots.items())]
-            return {"groups_per_batch": self.groups_per_batch, "max_lag": self.max_lag,
+            head = {"groups_per_batch": self.groups_per_batch, "max_lag": self.max_lag,
                     "next_seq": self._next_seq, "batches_taken": self._batches_taken,
-                    "next_version": self._next_version, "slots": slots}
+                    "next_version": self._next_version}
+        return lambda: head | {"slots": [
+            {"seq": s, "sample": sample.to_dict(),
+             "rollouts": [rollout_to_dict(r) for r in group.rollouts] if group else None}
+            for s, sample, group in slots]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a saved buffer; in-flight prompts come back queued, to be generated again."""

@@ -233,16 +233,19 @@ class PipelineRL:
         self.buffer.close(error)
 
     # -- trainer side ---------------------------------------------------------------------
-    def take_batch(self, trainer_version: int, timeout_s: float | None = None) -> Batch:
+    def take_batch(self, trainer_version: int, timeout_s: float | None = None,
+                   interrupt: Callable[[], None] | None = None) -> Batch:
         """The next B groups, lag <= max_lag (see `GroupBuffer.take_batch`). Raises the
         pipeline's own error (chained) if generation failed (GeneratorUnavailable as itself),
         BatchWaitExpired after `timeout_s` (default `batch_wait_s`) or once nothing progressed
-        for `stall_s`."""
+        for `stall_s`. `interrupt` is called about once a second while waiting and may raise
+        to end the wait with no batch taken (a stop asked)."""
         if self._thread is None:
             raise RuntimeError("PipelineRL.take_batch: call start() first")
         timeout_s = self.batch_wait_s if timeout_s is None else timeout_s
         try:
-            batch = self.buffer.take_batch(trainer_version, timeout_s, check=self._check_stall)
+            batch = self.buffer.take_batch(trainer_version, timeout_s,
+                                           check=self._checks(interrupt))
         except BufferTimeout as e:
             raise BatchWaitExpired(f"PipelineRL: {e} (the wait limit, offpolicy.batch_wait_s, "
                                    f"is {timeout_s:g} s)") from e
@@ -257,6 +260,15 @@ class PipelineRL:
             raise
         self._trainer_wait_s += batch.wait_s
         return batch
+
+    def _checks(self, interrupt: Callable[[], None] | None) -> Callable[[str], None]:
+        if interrupt is None:
+            return self._check_stall
+
+        def check(missing: str) -> None:
+            interrupt()
+            self._check_stall(missing)
+        return check
 
     def _check_stall(self, missing: str) -> None:
         """Raise BatchWaitExpired once neither a group completed nor the generator's progress
@@ -290,10 +302,14 @@ class PipelineRL:
     def state_dict(self) -> dict[str, Any]:
         """Buffer (completed groups, in-flight prompts) and sampler position, taken together so
         that every prompt drawn from the sampler is in the buffer's state."""
+        return self.snapshot()()
+
+    def snapshot(self) -> Callable[[], dict[str, Any]]:
+        """`state_dict` as of now, serialised when called (`GroupBuffer.snapshot`)."""
         with self._admit_lock:
             sampler_state = getattr(self.sampler, "state_dict", None)
-            return {"buffer": self.buffer.state_dict(),
-                    "sampler": sampler_state() if sampler_state else None}
+            buffer, sampler = self.buffer.snapshot(), sampler_state() if sampler_state else None
+        return lambda: {"buffer": buffer(), "sampler": sampler}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore before `start()`: in-flight prompts are regenerated first, then new ones."""

@@ -9,9 +9,10 @@ generator. Verifier failures (`error` verdicts) are never trained on; when they 
 `filters.max_error_frac` for `filters.error_patience` steps in a row the loop checkpoints and
 stops early, with the reason in `Run.stopped`. When generation becomes unavailable
 (GeneratorUnavailable: no vLLM server left, or a publish of new weights failed) every rank
-learns it from rank 0, and the loop checkpoints and raises RunStopped. Building the
-model, the generator and the tasks is the glue's (scalerl/training.py); this module never
-imports vLLM.
+learns it from rank 0, and the loop checkpoints and raises RunStopped; so does a stop asked by a
+signal, mid-step (the step dropped, the last completed one saved as it was) or at a boundary.
+Building the model, the generator and the tasks is the glue's (scalerl/training.py); this module
+never imports vLLM.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from scalerl.trainer.checkpoint import (
     clear_optimizer_staging,
     load_sharded_optimizer,
     load_state,
+    rng_state,
     save_checkpoint,
     save_sharded_optimizer,
     set_rng_state,
@@ -49,7 +51,15 @@ from scalerl.trainer.samples import sample_rows, truncate_samples
 from scalerl.trainer.sharding import gather_weights, is_sharded
 from scalerl.trainer.sources import PPOOffPolicy, RolloutSource, SourceSettings
 from scalerl.trainer.step import StepSettings, train_step
-from scalerl.trainer.stopping import Boundary, StopRequest, clock_due
+from scalerl.trainer.stopping import (
+    STOPPED,
+    Boundary,
+    Preempted,
+    StepAbandoned,
+    StopRequest,
+    clock_due,
+    write_stop_record,
+)
 from scalerl.trainer.tracking import start_tracking
 from scalerl.trainer.validation import (
     BackgroundValidation,
@@ -80,8 +90,9 @@ def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str
     `update_weights`). `devices`: the devices the run holds, for the compute axis (None: one per
     trainer process plus one for the generator). `description`: what the experiment trackers
     record of the run when it starts (the glue's: config, recipe, model, tasks, versions).
-    `stop`: set by the process's signal handlers; the run checkpoints and stops (RunStopped)
-    at the next step boundary once it is set. `validator` (rank 0, `val.servers`): held-out
+    `stop`: set by the process's signal handlers; once it is set the run stops (RunStopped)
+    at the next micro-batch, wait for a batch or step boundary, with a checkpoint of the last
+    completed step (trainer/stopping.py). `validator` (rank 0, `val.servers`): held-out
     validation on a generator of its own while training goes on (trainer/validation.py).
     """
     run = setup(cfg, model, tokenizer, generator, tasks, Path(run_dir), accelerator, publisher,
@@ -91,21 +102,41 @@ def train(cfg: TrainerConfig, *, model, tokenizer, generator, tasks: Mapping[str
     if resume_from is not None:
         restore(run, resume_from)
     run.stop.arm()
+    if hasattr(run.source, "stop"):  # PipelineRL's wait for a batch ends on a stop request
+        run.source.stop = lambda: run.stop.reason
     try:
         loop(run)
-    except GeneratorUnavailable as exc:  # e.g. no vLLM server left: keep what we have, stop
-        checkpoint(run)
-        finish(run, drain=False)
-        raise RunStopped(f"stopped at step {run.step}: {exc}; a checkpoint is written under "
-                         f"{run.run_dir}/checkpoints: continue with --resume once generation "
-                         "is back", step=run.step) from exc
-    except Preempted as exc:  # the loop checkpointed the step
-        finish(run, drain=False)
-        raise RunStopped(f"stopped at step {run.step} on {exc}: a checkpoint is written under "
-                         f"{run.run_dir}/checkpoints: continue with --resume",
-                         step=run.step) from exc
+    except (GeneratorUnavailable, StepAbandoned, Preempted) as exc:
+        raise stopped(run, exc) from exc
     finish(run)
     return run
+
+
+def stopped(run: Run, exc: Exception) -> RunStopped:
+    """Every rank, on a stop with a checkpoint: write what it keeps (GeneratorUnavailable: the
+    state now; StepAbandoned: the last completed step as it was; Preempted: the loop wrote the
+    step), leave stopped.json (before closing the source, which a launcher's SIGKILL may cut
+    short), close; the RunStopped to raise."""
+    where = f"a checkpoint is written under {run.run_dir}/checkpoints: continue with --resume"
+    if isinstance(exc, GeneratorUnavailable) and run.stop.reason is not None:
+        checkpoint(run)  # torchrun signals each worker's process group: an in-process engine's
+        message = (f"stopped at step {run.step} on {run.stop.reason} (the signal stopped the "
+                   f"generator too: {exc}): {where}")  # core process is in rank 0's
+    elif isinstance(exc, GeneratorUnavailable):  # e.g. no vLLM server left: keep what we have
+        checkpoint(run)
+        message = f"stopped at step {run.step}: {exc}; {where} once generation is back"
+    elif isinstance(exc, StepAbandoned):
+        if run.saved_step != run.step:  # (its boundary may have written it already)
+            checkpoint(run, state=run.last_step)
+        reason = run.stop.reason or "a stop asked on another rank"
+        message = (f"stopped at step {run.step} on {reason} (the next step was dropped at "
+                   f"{exc}): {where}")
+    else:
+        message = f"stopped at step {run.step} on {exc}: {where}"
+    if run.accelerator.is_main_process:
+        write_stop_record(run.run_dir, step=run.step, reason=message, exit_code=STOPPED)
+    finish(run, drain=False)
+    return RunStopped(message, step=run.step)
 
 
 class RunStopped(RuntimeError):
@@ -117,10 +148,6 @@ class RunStopped(RuntimeError):
         """The step checkpointed (the resumed run's first step is the next one)."""
 
 
-class Preempted(Exception):
-    """A stop was asked (a signal's name): raised at a step boundary, after its checkpoint."""
-
-
 def loop(run: Run) -> None:
     """Validate at step 0, then step, publish, log, validate and checkpoint to `cfg.steps` (or
     until verifier errors stop the run)."""
@@ -129,6 +156,7 @@ def loop(run: Run) -> None:
         validate_everywhere(run)
         end_step(run)
     while run.step < cfg.steps:
+        run.last_step = trainer_state(run, later=True)  # what a stop before the update saves
         t0 = time.perf_counter()
         groups, gen_metrics = next_groups(run)
         kept, report = filter_groups(run, groups)
@@ -259,7 +287,7 @@ def restore(run: Run, path: Path) -> None:
     run.scheduler.load_state_dict(state["scheduler"])
     run.retirement.load_state_dict(state["retirement"])
     run.clock.load_state_dict(state["clock"])
-    run.step = int(state["step"])
+    run.step = run.saved_step = int(state["step"])
     run.train_s, run.loop_s = state["train_s"], state["loop_s"]
     run.validations = list(state["validations"])
     if run.source is not None:
@@ -272,13 +300,32 @@ def restore(run: Run, path: Path) -> None:
     set_rng_state(state["rng"])
 
 
-def checkpoint(run: Run) -> None:
+def trainer_state(run: Run, later: bool = False) -> dict[str, Any] | None:
+    """Rank 0: the checkpoint's state besides the weights and the optimizer, copied now (the
+    RNG states included); None on the other ranks (only rank 0 writes it). `later`: the
+    source's state as a snapshot, serialised by `checkpoint` (PipelineRL's buffer of rollouts
+    takes seconds, the copy of its references none)."""
+    if not run.accelerator.is_main_process:
+        return None
+    source = run.source.snapshot() if later else run.source.state_dict()
+    return {"scheduler": run.scheduler.state_dict(),
+            "retirement": run.retirement.state_dict(), "clock": run.clock.state_dict(),
+            "source": source, "train_s": run.train_s, "loop_s": run.loop_s,
+            "validations": list(run.validations),
+            "val_pending": list(run.validator.pending) if run.validator is not None else [],
+            "rng": rng_state()}
+
+
+def checkpoint(run: Run, state: dict[str, Any] | None = None) -> None:
     """Every rank: wait for rank 0 (it may still be validating), then a sharded policy's full
-    weights are gathered and each rank writes its optimizer shard; rank 0 writes the rest."""
+    weights are gathered and each rank writes its optimizer shard; rank 0 writes the rest:
+    `state` (a `trainer_state` taken earlier: the weights and optimizer are still that step's),
+    else the state now."""
     main, sharded = run.accelerator.is_main_process, is_sharded(run.model)
     if main and sharded:
         clear_optimizer_staging(run.run_dir, run.step)
     wait_for_rank0()
+    run.saved_step = run.step
     weights = None
     if sharded:
         weights = gather_weights(run.model)
@@ -286,11 +333,9 @@ def checkpoint(run: Run) -> None:
     if not main:
         return
     optimizer = None if sharded else run.optimizer.state_dict()  # sharded: saved per rank
-    state = {"optimizer": optimizer, "scheduler": run.scheduler.state_dict(),
-             "retirement": run.retirement.state_dict(), "clock": run.clock.state_dict(),
-             "source": run.source.state_dict(), "train_s": run.train_s, "loop_s": run.loop_s,
-             "validations": run.validations,
-             "val_pending": run.validator.pending if run.validator is not None else []}
+    state = {"optimizer": optimizer, **(state or trainer_state(run))}
+    if callable(state["source"]):  # a snapshot taken at the step's start
+        state["source"] = state["source"]()
     save_checkpoint(run.run_dir, run.step, unwrap(run), run.tokenizer, state,
                     keep=run.cfg.checkpoint.keep, state_dict=weights)
     run.saved_at = time.monotonic()
@@ -324,10 +369,10 @@ def on_rank0(run: Run, work: Callable[[], Any]) -> Any:
     if run.source is not None:
         try:
             payload = work()
-        except GeneratorUnavailable as exc:
+        except (GeneratorUnavailable, StepAbandoned) as exc:
             payload = exc
     payload = broadcast_from_rank0(payload)
-    if isinstance(payload, GeneratorUnavailable):
+    if isinstance(payload, (GeneratorUnavailable, StepAbandoned)):
         raise payload
     return payload
 
@@ -378,7 +423,7 @@ def optimise(run: Run, kept: list[Group], report: GroupReport) -> dict[str, floa
         return {"batch/empty": 1.0}
     batch = global_batch(run, kept, report)
     stats = train_step(run.accelerator, run.model, run.optimizer, run.scheduler, batch,
-                       step_settings(cfg, unwrap(run)))
+                       step_settings(cfg, unwrap(run)), stop=lambda: run.stop.reason is not None)
     stats["tokens_total"] = float(batch.num_tokens)
     return stats
 

@@ -12,12 +12,14 @@ logging here.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from scalerl.rollout.pipeline import PipelineRL, in_flight_prompts
 from scalerl.trainer.filters import Group
 from scalerl.trainer.publish import FilesPublisher, Publisher
 from scalerl.trainer.sources import LazyWeights, SourceSettings, round_seed, skip_too_long
+from scalerl.trainer.stopping import StepAbandoned
 
 
 def generator_busy_s(metrics: dict[str, float]) -> float:
@@ -53,12 +55,14 @@ class PipelineSource:
         self._sync: dict[str, float] = {}
         self.sync_s = 0.0
         self._served_tokens = 0  # tokens of every batch served so far
+        self.stop: Callable[[], str | None] = lambda: None
+        """Why a stop was asked (the loop's StopRequest), or None: ends the wait for a batch."""
 
     def next_groups(self, trainer_version: int) -> tuple[list[Group], dict[str, float]]:
         if not self._started:
             self.pipeline.start()
             self._started = True
-        batch = self.pipeline.take_batch(trainer_version)
+        batch = self.pipeline.take_batch(trainer_version, interrupt=self._interrupt)
         metrics = self.pipeline.metrics(batch) | self._sync
         self._sync = {}
         tokens = sum(len(r.token_ids) for r in batch.rollouts)
@@ -72,6 +76,12 @@ class PipelineSource:
             [f"{g.sample.task}/{g.sample.id}" for g in batch.groups])
         groups, skipped = skip_too_long([list(g.rollouts) for g in batch.groups])
         return groups, metrics | skipped | self.generator.metrics()
+
+    def _interrupt(self) -> None:
+        """Called while waiting for a batch: a stop asked ends the wait (no batch taken)."""
+        reason = self.stop()
+        if reason is not None:
+            raise StepAbandoned("the wait for the next batch")
 
     def on_step(self, version: int, weights: LazyWeights) -> dict[str, float]:
         """Publish policy `version` into the generator now (mid-generation)."""
@@ -97,6 +107,9 @@ class PipelineSource:
 
     def state_dict(self) -> dict[str, Any]:
         return self.pipeline.state_dict()
+
+    def snapshot(self) -> Callable[[], dict[str, Any]]:
+        return self.pipeline.snapshot()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "buffer" not in state:

@@ -55,13 +55,18 @@ class Run:
     stopped: str = ""
     """Why the run stopped before `steps` (verifier failures), or "" when it did not."""
     stop: StopRequest = field(default_factory=StopRequest)
-    """Set by the process's signal handlers: stop with a checkpoint at the next step boundary."""
+    """Set by the process's signal handlers: stop with a checkpoint (trainer/stopping.py)."""
+    last_step: dict[str, Any] | None = None
+    """Rank 0: the trainer state (`loop.trainer_state`) at the start of the step in progress,
+    what a stop before that step's optimizer update checkpoints."""
     validator: Any = None
     """Rank 0's background validation (trainer/validation.py; `val.servers`), or None."""
     step_weights: Any = None
     """The LazyWeights of the current step's policy (what `hand_weights` handed over)."""
     val_totals: dict[int, dict[str, float]] = field(default_factory=dict)
     """The compute axis at each background validation's step, until its figures are in."""
+    saved_step: int = -1
+    """The step of the last checkpoint this process wrote (-1: none yet)."""
     saved_at: float = field(default_factory=time.monotonic)
     """When the last checkpoint was written (time.monotonic; the run's start before the first),
     for `checkpoint.every_s`."""

@@ -53,6 +53,9 @@ class RolloutSource(Protocol):
 
     def state_dict(self) -> dict[str, Any]: ...
 
+    def snapshot(self) -> Callable[[], dict[str, Any]]:
+        """`state_dict` as of now, built when called (cheap now: the loop takes one per step)."""
+
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
     def close(self) -> None: ...
@@ -178,8 +181,12 @@ class PPOOffPolicy:
 
     def state_dict(self) -> dict[str, Any]:
         sampler_state = getattr(self.sampler, "state_dict", None)
-        return {"round": self.round, "pending": self.pending,
+        return {"round": self.round, "pending": list(self.pending),  # a copy: pop() follows
                 "sampler": sampler_state() if sampler_state else None}
+
+    def snapshot(self) -> Callable[[], dict[str, Any]]:
+        state = self.state_dict()  # small: pending holds references to frozen rollouts
+        return lambda: state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.round = int(state["round"])

@@ -14,6 +14,7 @@ loading, no generation, no logging here.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -23,6 +24,8 @@ from scalerl.trainer.balance import padded_costs, plan_micro_batches, step_imbal
 from scalerl.trainer.batch import TrainBatch
 from scalerl.trainer.losses import aggregate, get_loss
 from scalerl.trainer.packing import pack, rank_rows
+from scalerl.trainer.stopping import StepAbandoned
+from scalerl.trainer.waiting import any_rank
 
 Tensor = torch.Tensor
 SUM_KEYS = ("loss", "tokens", "entropy", "mismatch_kl", "clip_frac", "cispo_trunc_frac",
@@ -107,8 +110,11 @@ def _dummy(batch: TrainBatch) -> TrainBatch:
 
 
 def train_step(accelerator, model, optimizer, scheduler, batch: TrainBatch,
-               s: StepSettings) -> dict[str, float]:
+               s: StepSettings, stop: Callable[[], bool] | None = None) -> dict[str, float]:
     """Backward over this rank's micro-batches, clip, optimizer and scheduler step.
+
+    `stop` (a stop was asked on this rank) is read before every micro-batch and agreed over the
+    ranks: when any rank asks, every rank raises StepAbandoned there, before the optimizer step.
 
     `model` is a `PolicyModule`, wrapped by Accelerate for DDP or sharded by FSDP2
     (trainer/sharding.py): an FSDP2 module has no `no_sync`, so its gradients are reduce-scattered
@@ -119,6 +125,9 @@ def train_step(accelerator, model, optimizer, scheduler, batch: TrainBatch,
     totals: dict[str, Tensor] = {}
     model.train()
     for i, rows in enumerate(chunks):
+        if stop is not None and any_rank(stop()):  # every rank at the same micro-batch
+            optimizer.zero_grad(set_to_none=True)  # nothing updated: the weights, the optimizer
+            raise StepAbandoned(f"micro-batch {i + 1} of {len(chunks)}")  # and schedule stand
         mb = batch.select(rows) if len(rows) else _dummy(batch)
         mb = TrainBatch(**{k: v.to(accelerator.device) for k, v in mb.__dict__.items()})
         last = i == len(chunks) - 1

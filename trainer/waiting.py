@@ -59,3 +59,16 @@ def broadcast_tensor_from_rank0(tensor: Any) -> None:
     """Rank 0's `tensor` into every rank's `tensor` (same shape and dtype), in place."""
     if distributed():
         dist.broadcast(tensor, src=0, group=_waiting_group())
+
+
+def any_rank(flag: bool) -> bool:
+    """Whether `flag` is true on any rank (every rank calls it at the same point; a CPU
+    all-reduce on the waiting group, so it neither syncs the GPU nor meets a collective
+    timeout)."""
+    if not distributed():
+        return flag
+    import torch
+
+    value = torch.tensor([int(flag)])
+    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=_waiting_group())
+    return bool(value.item())

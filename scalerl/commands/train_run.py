@@ -24,6 +24,7 @@ from typing import Any
 from scalerl.coerce import ConfigError
 from scalerl.commands import CommandError
 from scalerl.config import RunConfig, to_dict
+from scalerl.trainer.stopping import STOPPED
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,6 @@ class Trained:
     """summary.json: wall_s, peak_rss_mb, steps, validations, train_s, loop_s, stopped, source."""
 
 
-STOPPED = 75
-"""Exit code of a run stopped because generation is unavailable (EX_TEMPFAIL: retry later;
-a checkpoint is written, `--resume` continues)."""
 
 
 def train_command(cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict | None = None,
@@ -114,9 +112,10 @@ def _train(cfg: RunConfig, run_dir: Path, ckpt: Path | None, *, verbose: bool,
 
 @contextmanager
 def _stop_signals() -> Iterator[Any]:
-    """A StopRequest its signals set (SIGTERM/SIGUSR1: checkpoint at the next step boundary,
-    exit 75) while the run lasts; the process's own handlers are put back after it. Off the
-    main thread (a library caller's thread) no handler can be set: the run has none."""
+    """A StopRequest its signals set (SIGTERM/SIGUSR1: stop mid-step with a checkpoint of the
+    last completed step, exit 75) while the run lasts; the process's own handlers are put back
+    after it. Off the main thread (a library caller's thread) no handler can be set: the run has
+    none."""
     import signal
 
     from scalerl.trainer.stopping import STOP_SIGNALS, StopRequest

@@ -5,6 +5,10 @@ rank must receive that failure from the same call, so that all stop and checkpoi
 Each rank calls `loop.hand_weights` and `loop.validate_everywhere` with rank 0's rollout source
 failing or not (argv: out_dir, "fail" or "ok") and writes what each call gave it to
 `out_dir/rank<R>.json`: the class and message of what each raised, or None.
+
+Mode "abandon": after one real optimizer step (DDP over gloo, AdamW), a second `train_step` in
+6 micro-batches where only rank 1 asks to stop, from its 2nd micro-batch on: each rank writes
+what it raised and whether its weights, optimizer state and schedule are still those of step 1.
 """
 
 import contextlib
@@ -50,8 +54,58 @@ def raised(call) -> dict | None:
     return None
 
 
+def abandon(out: Path) -> None:
+    """Rank 1 alone asks to stop mid-step: both ranks abandon the step at the same micro-batch,
+    with nothing updated."""
+    from accelerate import Accelerator
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from conftest import fake_groups, tiny_qwen2
+
+    from scalerl.trainer.batch import collate
+    from scalerl.trainer.losses import loss_kwargs
+    from scalerl.trainer.policy import PolicyModule
+    from scalerl.trainer.step import StepSettings, train_step
+
+    accelerator = Accelerator(cpu=True)
+    init_waiting()
+    model = PolicyModule(tiny_qwen2(seed=3))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: (s + 1) / 10)
+    model, opt = accelerator.prepare(model, opt)
+    batch = collate(fake_groups(n_prompts=3, n=4, seed=5), normalise="batch",
+                    aggregation="prompt", pad_id=0)
+    settings = StepSettings(loss="cispo", loss_kwargs=loss_kwargs("cispo", {}),
+                            micro_batch_size=1, temperature=1.0, fp32_head=True,
+                            max_grad_norm=1.0)
+    train_step(accelerator, model, opt, sched, batch, settings)
+    weights = [p.detach().clone() for p in model.parameters()]
+    moments = [v.clone() for st in opt.optimizer.state.values() for v in st.values()]
+    lr = sched.get_last_lr()
+    asked = []
+
+    def stop() -> bool:
+        asked.append(1)
+        return dist.get_rank() == 1 and len(asked) >= 2
+
+    result = raised(lambda: train_step(accelerator, model, opt, sched, batch, settings, stop))
+    result = result or {"type": None, "msg": None}
+    after = [v for st in opt.optimizer.state.values() for v in st.values()]
+    result |= {"asked": len(asked), "lr_same": sched.get_last_lr() == lr,
+               "weights_same": all(torch.equal(a, b) for a, b in
+                                   zip(weights, model.parameters(), strict=True)),
+               "optimizer_same": all(torch.equal(a, b) for a, b in
+                                     zip(moments, after, strict=True)) and len(after) > 0,
+               "grads_cleared": all(p.grad is None for p in model.parameters())}
+    (out / f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
+    dist.barrier()
+    os._exit(0)
+
+
 def main() -> None:
     out, mode = Path(sys.argv[1]), sys.argv[2]
+    if mode == "abandon":
+        return abandon(out)
     dist.init_process_group("gloo")
     init_waiting()
     rank = dist.get_rank()

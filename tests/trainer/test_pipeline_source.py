@@ -287,3 +287,67 @@ def test_an_expired_wait_stops_the_loop_as_unavailable_generation():
     finally:
         source.pipeline.stop(drain_s=0)
         source.publisher.close()
+
+
+def test_a_stop_ends_the_wait_for_a_batch_with_no_batch_taken():
+    """A stop asked (the loop's StopRequest, read once a second) ends PipelineRL's wait with
+    StepAbandoned; the state then still holds the batch, so a resumed run trains it."""
+    from scalerl.trainer.stopping import StepAbandoned
+
+    slow = SeededGenerator(token_s=0.5)  # 3 prompts x 2 rollouts x 3 tokens: ~9 s a batch
+    source = PipelineSource(slow, sampler(), settings(max_lag=0))
+    reference = PipelineSource(SeededGenerator(), sampler(), settings(max_lag=0))
+    source.stop = lambda: "SIGTERM"
+    try:
+        t = time.monotonic()
+        with pytest.raises(StepAbandoned, match="the wait for the next batch"):
+            source.next_groups(0)
+        assert time.monotonic() - t < 3.0
+        state = source.state_dict()
+    finally:
+        source.pipeline.stop(drain_s=0)
+        source.publisher.close()
+    assert state["buffer"]["batches_taken"] == 0
+    resumed = PipelineSource(SeededGenerator(), sampler(), settings(max_lag=0))
+    resumed.load_state_dict(state)
+    try:
+        assert [key(g) for g in drive(resumed, steps=2)] == [key(g) for g in drive(reference,
+                                                                                  steps=2)]
+    finally:
+        resumed.close()
+        reference.close()
+
+
+def test_ppo_state_taken_at_a_step_start_is_a_copy_the_step_does_not_change():
+    """trainer/loop.py copies the source's state at each step's start, for a stop before that
+    step's update: with k=2 the second minibatch is pending then, and taking it must not empty
+    the copy (a live list would: the resumed run would skip that minibatch)."""
+    source = PPOOffPolicy(SeededGenerator(), sampler(), settings(k=2))
+    drive(source, steps=1)
+    state = source.state_dict()
+    assert len(state["pending"]) == 1
+    served, _ = source.next_groups(1)
+    resumed = PPOOffPolicy(SeededGenerator(), sampler(), settings(k=2))
+    resumed.load_state_dict(state)
+    assert key(resumed.next_groups(1)[0]) == key(served)
+
+
+def test_a_pipeline_snapshot_serialised_after_the_next_batch_is_taken_still_holds_it():
+    """The loop snapshots the source at each step's start and serialises it only if a stop
+    drops that step: the batch taken meanwhile must be in it, so the resumed run trains it."""
+    source = PipelineSource(SeededGenerator(), sampler(), settings(max_lag=0))
+    try:
+        drive(source, steps=1)
+        snapshot = source.snapshot()
+        served, _ = source.next_groups(1)
+        state = snapshot()
+    finally:
+        source.close()
+    assert state["buffer"]["batches_taken"] == 1
+    resumed = PipelineSource(SeededGenerator(), sampler(), settings(max_lag=0))
+    resumed.load_state_dict(state)
+    try:
+        resumed.on_step(1, WEIGHTS)  # what a resume does first (loop.restore: hand_weights)
+        assert key(resumed.next_groups(1)[0]) == key(served)
+    finally:
+        resumed.close()

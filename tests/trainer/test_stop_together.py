@@ -46,3 +46,14 @@ def test_a_failed_publish_before_validation_stops_every_rank(failing):
 
 def test_without_a_failure_no_rank_stops(tmp_path):
     assert ranks(tmp_path / "ok", "ok") == [{"hand_weights": None, "validate": None}] * 2
+
+
+def test_a_stop_asked_on_one_rank_abandons_the_step_on_every_rank_with_nothing_updated(tmp_path):
+    # 12 rows over 2 ranks in micro-batches of 1 row: 6 micro-batches each. Rank 1 asks from its
+    # 2nd micro-batch on; the flag is agreed over the ranks before each micro-batch, so both
+    # ranks stop there, before the optimizer step: weights, Adam moments and schedule are step
+    # 1's, and the accumulated gradients are dropped.
+    for rank in ranks(tmp_path / "abandon", "abandon"):
+        assert rank == {"type": "StepAbandoned", "msg": "micro-batch 2 of 6", "asked": 2,
+                        "lr_same": True, "weights_same": True, "optimizer_same": True,
+                        "grads_cleared": True}
