@@ -76,6 +76,8 @@ def test_gpu_check_runs_from_the_checkout_with_only_what_a_lent_device_has(tmp_p
     steps = [x for x in lines if " tokens/s, MFU n/a, peak " in x]
     assert len(steps) == 3  # two sequence lengths, then FSDP2 on one rank
     assert "(|diff| 0.0e+00)" in steps[2]  # FSDP2 on one CPU rank: the unsharded step's loss
+    decode = [x for x in lines if x.startswith("decode proxy: 2 layers, ")]
+    assert len(decode) == 2 and all(x.endswith("MBU n/a") for x in decode)  # no CPU datasheet
     assert "names and shapes as the model's: True" in lines[-2]
     assert lines[-1].startswith("gpu-check done in ")
 
@@ -112,3 +114,30 @@ def test_gpu_checks_bf16_model_keeps_ropes_inv_freq_in_fp32():
     assert inv_freq.dtype == torch.float32
     assert torch.equal(inv_freq, dict(model.named_buffers())["model.rotary_emb.inv_freq"])
     assert all(p.dtype == torch.bfloat16 for p in bf16.parameters())
+
+
+def test_gpu_check_counts_attention_in_full_as_the_throughput_model_does():
+    import runpy
+
+    check = runpy.run_path(str(ROOT / "scripts" / "gpu-check"), run_name="gpu_check")
+    from scalerl.benches.trainer import Shape
+
+    shape = Shape(batch=1, seq=1000, vocab=1000, hidden=64, layers=1, heads=1, kv_heads=1,
+                  intermediate=128)
+    # q, o 64x64 each; k, v 64x64 each (one KV head of 64); MLP 3 x 64 x 128; head 1000 x 64
+    matmuls = 6 * (2 * 64 * 64 + 2 * 64 * 64 + 3 * 64 * 128 + 1000 * 64)
+    assert check["flops_per_token"](shape, 1000, 0) == matmuls + 12 * 1 * 64 * 1000
+
+
+def test_gpu_checks_decode_proxy_counts_weights_once_and_the_whole_kv_cache():
+    import runpy
+
+    check = runpy.run_path(str(ROOT / "scripts" / "gpu-check"), run_name="gpu_check")
+    dims = dict(hidden=8, intermediate=16, heads=2, kv_heads=1, head_dim=4)
+    # per layer: q 8x8, o 8x8, k 8x4, v 8x4, MLP 3 x 8 x 16 = 64+64+32+32+384 = 576 weights;
+    # KV cache: 2 (K, V) x 3 seqs x 10 tokens x 4 = 240; bf16, 2 layers
+    assert check["decode_bytes"](dims, 2, 3, 10) == 2 * 2 * (576 + 240)
+    bandwidth = check["BANDWIDTH_TBPS"]
+    assert next(v for k, v in bandwidth if k in "NVIDIA H100 80GB HBM3") == 3.35
+    assert next(v for k, v in bandwidth if k in "NVIDIA H200") == 4.8
+    assert next(v for k, v in bandwidth if k in "NVIDIA H100 NVL") == 3.9
