@@ -1,8 +1,8 @@
-"""A run's two local vLLM servers in a process of their own, for tests/rollout/test_local_servers.py
-to SIGKILL: `python local_servers_child.py MODEL` starts a LocalServerGenerator on 2 servers,
-publishes weights with a zero LM head (version 1), SIGKILLs server 0's API process and waits until
-it is restarted and has rejoined, then prints one JSON line (what the test checks) and sleeps
-until it is killed."""
+"""A run's two local vLLM servers in a process of their own, for
+tests/rollout/test_local_server_restarts.py to SIGKILL: `python local_servers_child.py MODEL`
+starts a LocalServerGenerator on 2 servers, publishes weights with a zero LM head (version 1),
+SIGKILLs server 0's API process and waits until it is restarted and has rejoined, then prints one
+JSON line (what the test checks) and sleeps until it is killed."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ process that starts an "engine core" child, as vLLM's API server does): the serv
 group ends when the run that started it is SIGKILLed, or when the server itself exits; a later
 start stops what a dead run left, by the token in the processes' environment only; each server
 gets a cache directory no running server holds. Each test takes a few seconds (real vLLM
-servers: tests/rollout/test_local_servers.py).
+servers: tests/rollout/test_local_server_restarts.py).
 """
 
 from __future__ import annotations
