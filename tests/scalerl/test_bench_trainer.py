@@ -78,6 +78,9 @@ def test_gpu_check_runs_from_the_checkout_with_only_what_a_lent_device_has(tmp_p
     assert "(|diff| 0.0e+00)" in steps[2]  # FSDP2 on one CPU rank: the unsharded step's loss
     decode = [x for x in lines if x.startswith("decode proxy: 2 layers, ")]
     assert len(decode) == 2 and all(x.endswith("MBU n/a") for x in decode)  # no CPU datasheet
+    layers = [x for x in lines if x.startswith("8B layers, packed: ")]
+    assert len(layers) == 1 and " rows (" in layers[0] and "1 layers " in layers[0]
+    assert layers[0].endswith("per-layer MFU n/a")  # two depths timed, no CPU peak
     assert "names and shapes as the model's: True" in lines[-2]
     assert lines[-1].startswith("gpu-check done in ")
 
@@ -127,6 +130,16 @@ def test_gpu_check_counts_attention_in_full_as_the_throughput_model_does():
     # q, o 64x64 each; k, v 64x64 each (one KV head of 64); MLP 3 x 64 x 128; head 1000 x 64
     matmuls = 6 * (2 * 64 * 64 + 2 * 64 * 64 + 3 * 64 * 128 + 1000 * 64)
     assert check["flops_per_token"](shape, 1000, 0) == matmuls + 12 * 1 * 64 * 1000
+
+
+def test_gpu_checks_layer_flops_count_one_layers_matmuls_and_attention_at_its_context():
+    import runpy
+
+    check = runpy.run_path(str(ROOT / "scripts" / "gpu-check"), run_name="gpu_check")
+    dims = dict(hidden=8, intermediate=16, heads=2, kv_heads=1, head_dim=4)
+    # q 8x8, o 8x8, k 8x4, v 8x4, MLP 3 x 8 x 16: 576 weights, 6 FLOPs each (forward + backward);
+    # attention: 12 x width (2 heads x 4) x the token-weighted context 100
+    assert check["layer_flops"](dims, 100.0) == 6 * 576 + 12 * 8 * 100
 
 
 def test_gpu_checks_decode_proxy_counts_weights_once_and_the_whole_kv_cache():
