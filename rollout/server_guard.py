@@ -62,17 +62,22 @@ def reap(child: int) -> int | None:
             code = os.waitstatus_to_exitcode(status)
 
 
-def end_group(grace_s: float) -> None:
-    """SIGTERM every other process of the group, SIGKILL those left after `grace_s`."""
-    deadline = time.monotonic() + grace_s
+def end_group(grace_s: float, child: int) -> int | None:
+    """SIGTERM every other process of the group, SIGKILL those left after `grace_s`, reaping
+    them; the exit code of `child` if it is reaped here."""
+    deadline, code = time.monotonic() + grace_s, None
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in group_members():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         while group_members() and time.monotonic() < deadline and sig == signal.SIGTERM:
-            reap(-1)
+            code = _either(code, reap(child))
             time.sleep(POLL_S)
-    reap(-1)
+    return _either(code, reap(child))
+
+
+def _either(code: int | None, other: int | None) -> int | None:
+    return code if code is not None else other
 
 
 def become_subreaper() -> None:
@@ -103,10 +108,11 @@ def guard(parent: int, grace_s: float, command: list[str]) -> int:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(child, signal.SIGTERM)
             deadline = time.monotonic() + grace_s
-        if deadline is not None and time.monotonic() > deadline:
-            end_group(0.0)
+        if (deadline is not None and time.monotonic() > deadline
+                and (code := end_group(0.0, child)) is not None):
+            break  # the server, SIGKILLed with its group, reaped there
         time.sleep(POLL_S)
-    end_group(grace_s)  # what the server left: its engine core, its workers
+    end_group(grace_s, child)  # what the server left: its engine core, its workers
     return code
 
 

@@ -23,6 +23,8 @@ import os, signal, subprocess, sys, time
 core = subprocess.Popen([sys.executable, "-c",
     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
 print(core.pid, flush=True)
+if os.environ.get("SERVER_IGNORES_TERM"):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 if os.environ.get("SERVER_EXIT"):
     time.sleep(1)
     os._exit(int(os.environ["SERVER_EXIT"]))
@@ -67,6 +69,16 @@ def test_a_sigkilled_run_takes_its_servers_whole_group_with_it():
     # core, which ignores it, is SIGKILLed 2 s later (--grace)
     assert carriers_within(token, 15) == []
     assert time.monotonic() - t < 6
+
+
+def test_a_server_that_ignores_sigterm_is_killed_and_its_guard_exits_too():
+    token = f"test-{os.getpid()}-stuck"
+    run = start_run(token, SERVER_IGNORES_TERM="1")
+    run.kill()
+    run.wait()
+    # the server itself outlives the guard's SIGTERM: SIGKILLed with its group after --grace
+    # (2 s), and the guard, its exit reaped, leaves too (the guard carries the token)
+    assert carriers_within(token, 15) == []
 
 
 def test_a_server_that_exits_takes_its_engine_core_along_and_says_how_it_ended():
