@@ -58,8 +58,8 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict[str,
     staged = optimizer_staging(run_dir, step)
     if staged.exists():
         staged.rename(tmp / OPTIMIZER_DIR)
-    torch.save({"rng": rng_state(), **state, "step": step}, tmp / STATE_FILE)  # state's RNG
-    # (taken at a step's start: trainer/loop.py's trainer_state) wins
+    rng = state["rng"] if "rng" in state else rng_state()  # a state's own RNG (taken at a
+    torch.save({**state, "rng": rng, "step": step}, tmp / STATE_FILE)  # step's start) wins
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
