@@ -15,11 +15,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
+from run_steps import logged_steps, step_rows, wait_for_step
 
 pytestmark = pytest.mark.slow
 
@@ -33,31 +33,6 @@ SETTINGS = ["offpolicy.prompts_per_step=8", "offpolicy.rollouts_per_prompt=2", "
 def start(run_dir: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "scalerl", "train", "--run-dir", str(run_dir),
                              *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def step_rows(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in rows if "batch/error_excluded_frac" in r]
-
-
-def logged_steps(run_dir: Path) -> list[int]:
-    return [r["step"] for r in step_rows(run_dir)]
-
-
-def wait_for_step(proc: subprocess.Popen, run_dir: Path, step: int, timeout_s: float = 400):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"train exited early ({proc.returncode}): "
-                                 f"{proc.stderr.read()[-3000:]}")
-        if logged_steps(run_dir) and max(logged_steps(run_dir)) >= step:
-            return
-        time.sleep(0.2)
-    proc.kill()
-    raise AssertionError(f"step {step} not logged after {timeout_s} s")
 
 
 def engine_core(proc: subprocess.Popen) -> psutil.Process:

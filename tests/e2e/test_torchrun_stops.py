@@ -17,10 +17,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from run_steps import logged_steps, wait_for_step
 
 pytestmark = pytest.mark.slow
 
@@ -52,27 +52,6 @@ def launch(run_dir: Path, *args: str, batch_script: bool = False) -> subprocess.
         cmd = ["bash", "-c", BATCH_SCRIPT, "batch", *cmd]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
-
-
-def logged_steps(run_dir: Path) -> list[int]:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r["step"] for r in rows if "batch/error_excluded_frac" in r]
-
-
-def wait_for_step(proc: subprocess.Popen, run_dir: Path, step: int, timeout_s: float = 600):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"train exited early ({proc.returncode}): "
-                                 f"{proc.stderr.read()[-3000:]}")
-        if logged_steps(run_dir) and max(logged_steps(run_dir)) >= step:
-            return
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    raise AssertionError(f"step {step} not logged after {timeout_s} s")
 
 
 def finish(proc: subprocess.Popen, timeout_s: float = 300) -> tuple[int, str]:
@@ -107,7 +86,7 @@ def test_sigterm_to_torchrun_and_sigusr1_to_the_slurm_script_each_checkpoint_and
     run_dir = tmp_path / "run"
     sets = [a for s in SETTINGS for a in ("--set", s)]
     proc = launch(run_dir, *sets)
-    wait_for_step(proc, run_dir, 2)
+    wait_for_step(proc, run_dir, 2, timeout_s=600)
     proc.send_signal(signal.SIGTERM)  # the agent, as a scheduler's preemption does
     code, err = finish(proc)
     assert code != 0, err[-3000:]
@@ -115,7 +94,7 @@ def test_sigterm_to_torchrun_and_sigusr1_to_the_slurm_script_each_checkpoint_and
     assert 2 <= termed < STEPS
 
     proc = launch(run_dir, "--resume", batch_script=True)
-    wait_for_step(proc, run_dir, termed + 1)
+    wait_for_step(proc, run_dir, termed + 1, timeout_s=600)
     assert not (run_dir / "stopped.json").exists()  # a run that starts again clears it
     proc.send_signal(signal.SIGUSR1)  # the batch shell, as `--signal=B:USR1@600` does
     code, err = finish(proc)

@@ -24,26 +24,13 @@ from scalerl.rollout.fd_limit import fds_needed
 from scalerl.rollout.server_generator import ServerGenerator
 
 
-@pytest.fixture
-def fakes(tiny_model_path):
-    made: list[FakeServer] = []
-
-    def make(**kw) -> FakeServer:
-        made.append(FakeServer(tiny_model_path, **kw))
-        return made[-1]
-
-    yield make
-    for server in made:
-        server.close()
-
-
 def update(gen: ServerGenerator, tmp_path: Path, version: int) -> None:
     gen._call(gen._update_all(tmp_path, version, 10.0, "test update"), 60, "the update")
 
 
 def test_a_control_call_that_fails_once_is_retried_and_the_server_keeps_its_place(
-        fakes, tiny_model_path, tmp_path):
-    fake = fakes()
+        fake_servers, tiny_model_path, tmp_path):
+    fake = fake_servers()
     gen = ServerGenerator(tiny_model_path, config=EngineConfig(servers=(fake.url,),
                                                                server_wait_s=10.0))
     try:
@@ -63,8 +50,8 @@ def test_a_control_call_that_fails_once_is_retried_and_the_server_keeps_its_plac
 
 
 def test_a_control_call_that_keeps_failing_takes_the_server_out_after_its_tries(
-        fakes, tiny_model_path, tmp_path):
-    bad, good = fakes(), fakes()
+        fake_servers, tiny_model_path, tmp_path):
+    bad, good = fake_servers(), fake_servers()
     gen = ServerGenerator(tiny_model_path, config=EngineConfig(
         servers=(bad.url, good.url), server_wait_s=10.0, server_timeout_s=20.0))
     try:
@@ -102,7 +89,7 @@ def many_connections(ulimit: str, model: str, urls: list[str]) -> subprocess.Com
 
 @pytest.mark.slow
 def test_hundreds_of_connections_under_a_256_soft_limit_work_or_refuse_with_the_fix(
-        fakes, tiny_model_path):
+        fake_servers, tiny_model_path):
     servers: list[FakeServer] = []
 
     async def hold(prompt: list[int], attempt: int) -> None:  # until all N are in flight
@@ -110,7 +97,7 @@ def test_hundreds_of_connections_under_a_256_soft_limit_work_or_refuse_with_the_
         while sum(s.in_flight for s in servers) < N and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
 
-    servers += [fakes(hold=hold), fakes(hold=hold)]
+    servers += [fake_servers(hold=hold), fake_servers(hold=hold)]
     urls = [s.url for s in servers]
     soft = many_connections("-Sn", tiny_model_path, urls)  # hard limit as it was
     assert soft.returncode == 0, soft.stderr[-3000:]
@@ -126,7 +113,7 @@ def test_hundreds_of_connections_under_a_256_soft_limit_work_or_refuse_with_the_
 
 
 def test_a_server_given_up_on_is_not_retried_and_with_none_left_generation_stops_at_once(
-        fakes, tiny_model_path):
+        fake_servers, tiny_model_path):
     from scalerl.rollout.base_generator import GeneratorUnavailable
     from scalerl.rollout.server_pool import ServerGone
 
@@ -136,7 +123,7 @@ def test_a_server_given_up_on_is_not_retried_and_with_none_left_generation_stops
                 raise ServerGone(f"{server.url}: died too often")
             await super()._join(server)
 
-    fake = fakes()
+    fake = fake_servers()
     gen = GivesUp(tiny_model_path, config=EngineConfig(servers=(fake.url,), server_wait_s=60.0))
     try:
         server = gen.pool.servers[0]

@@ -19,19 +19,6 @@ from scalerl.rollout.server_generator import ServerGenerator
 
 
 @pytest.fixture
-def servers(tiny_model_path):
-    made: list[FakeServer] = []
-
-    def make(**kw) -> FakeServer:
-        made.append(FakeServer(tiny_model_path, **kw))
-        return made[-1]
-
-    yield make
-    for server in made:
-        server.close()
-
-
-@pytest.fixture
 def generators():
     made: list[ServerGenerator] = []
 
@@ -63,7 +50,7 @@ async def until(condition, timeout_s: float = 20.0) -> None:
 SLOW = (1, 2, 3)
 
 
-def test_a_slow_request_on_a_healthy_server_is_issued_again_alone(servers, generators,
+def test_a_slow_request_on_a_healthy_server_is_issued_again_alone(fake_servers, generators,
                                                                   tiny_model_path):
     # The cascade: a request past its timeout took the whole server out, aborting
     # every other request on it. SLOW's first try never answers; the others are answered once
@@ -75,7 +62,7 @@ def test_a_slow_request_on_a_healthy_server_is_issued_again_alone(servers, gener
             return
         await until(lambda: fake.attempts[SLOW] == 2)
 
-    fake = servers(hold=hold)
+    fake = fake_servers(hold=hold)
     gen = generators(tiny_model_path, [fake], server_timeout_s=1.0,
                      server_request_timeout_s=2.0)
     others = [(10 + i, 11) for i in range(5)]
@@ -97,14 +84,14 @@ def test_a_slow_request_on_a_healthy_server_is_issued_again_alone(servers, gener
 
 
 def test_a_server_that_stops_answering_health_is_lost_and_its_requests_run_elsewhere(
-        servers, generators, tiny_model_path, monkeypatch):
+        fake_servers, generators, tiny_model_path, monkeypatch):
     monkeypatch.setattr(server_pool, "PROBE_EVERY_S", 0.2)
     go = []
 
     async def hold(prompt: list[int], attempt: int) -> None:
         await until(lambda: go)
 
-    a, b = servers(hold=hold), servers(hold=hold)
+    a, b = fake_servers(hold=hold), fake_servers(hold=hold)
     gen = generators(tiny_model_path, [a, b], server_timeout_s=0.5)
     prompts = [(30 + i,) for i in range(8)]
 
@@ -125,11 +112,11 @@ def test_a_server_that_stops_answering_health_is_lost_and_its_requests_run_elsew
     assert all(b.attempts[p] == 1 for p in on_a) and len(on_a) == 4
 
 
-def test_no_server_has_more_than_its_cap_in_flight(servers, generators, tiny_model_path):
+def test_no_server_has_more_than_its_cap_in_flight(fake_servers, generators, tiny_model_path):
     async def hold(prompt: list[int], attempt: int) -> None:
         await asyncio.sleep(0.05)
 
-    fakes = [servers(hold=hold), servers(hold=hold)]
+    fakes = [fake_servers(hold=hold), fake_servers(hold=hold)]
     gen = generators(tiny_model_path, fakes, server_max_requests=3)
     prompts = [[40 + i] for i in range(20)]
     assert run(gen, *((p, 0) for p in prompts)) == [[7] * 4] * 20
@@ -138,7 +125,7 @@ def test_no_server_has_more_than_its_cap_in_flight(servers, generators, tiny_mod
     assert sum(len(f.answered) for f in fakes) == 20
 
 
-def test_waiting_requests_go_lowest_priority_first_and_carry_it(servers, generators,
+def test_waiting_requests_go_lowest_priority_first_and_carry_it(fake_servers, generators,
                                                                 tiny_model_path):
     queued = []
 
@@ -146,7 +133,7 @@ def test_waiting_requests_go_lowest_priority_first_and_carry_it(servers, generat
         if prompt == [50]:
             await until(lambda: queued)
 
-    fake = servers(hold=hold)
+    fake = fake_servers(hold=hold)
     gen = generators(tiny_model_path, [fake], server_max_requests=1)
     slots = gen.pool.servers[0].slots
 
@@ -165,7 +152,7 @@ def test_waiting_requests_go_lowest_priority_first_and_carry_it(servers, generat
 
 
 def test_a_request_that_waited_through_an_update_is_sent_under_the_new_version(
-        servers, generators, tiny_model_path, tmp_path):
+        fake_servers, generators, tiny_model_path, tmp_path):
     # its cache salt names the version it is sent under, so it never reuses KV cached under
     # the weights before the update (docs/scale-out.md, No stale prefix cache)
     release = []
@@ -174,7 +161,7 @@ def test_a_request_that_waited_through_an_update_is_sent_under_the_new_version(
         if prompt == [70]:
             await until(lambda: release)
 
-    fake = servers(hold=hold)
+    fake = fake_servers(hold=hold)
     gen = generators(tiny_model_path, [fake], server_max_requests=1)
     v = gen.version
 
@@ -193,7 +180,7 @@ def test_a_request_that_waited_through_an_update_is_sent_under_the_new_version(
 
 
 def test_a_continuation_after_an_update_keeps_its_first_phases_salt(
-        servers, generators, tiny_model_path, tmp_path):
+        fake_servers, generators, tiny_model_path, tmp_path):
     # as in-process (rollout/engine.py): the server cached the prompt and first phase under
     # that salt; a rollout that starts after the update gets the new version's
     from scalerl.envs.base import Sample
@@ -205,7 +192,7 @@ def test_a_continuation_after_an_update_keeps_its_first_phases_salt(
         if prompt == [80, 81]:  # the first phase, until the update is done
             await until(lambda: release)
 
-    fake = servers(hold=hold)
+    fake = fake_servers(hold=hold)
     gen = generators(tiny_model_path, [fake])
     v, budget = gen.version, Budget(thinking=4, answer=4)
     sample = Sample(id="s", task="arith", prompt="")

@@ -16,28 +16,15 @@ from scalerl.rollout.server_generator import ServerGenerator
 from scalerl.rollout.server_pool import ServerError
 
 
-@pytest.fixture
-def servers(tiny_model_path):
-    made: list[FakeServer] = []
-
-    def make(**kw) -> FakeServer:
-        made.append(FakeServer(tiny_model_path, **kw))
-        return made[-1]
-
-    yield make
-    for server in made:
-        server.close()
-
-
 def generator(path: str, servers: list[FakeServer], **kw) -> ServerGenerator:
     config = EngineConfig(servers=tuple(s.url for s in servers), weight_transfer="nccl",
                           server_timeout_s=kw.pop("server_timeout_s", 5.0), **kw)
     return ServerGenerator(path, config=config)
 
 
-def test_the_group_waits_for_every_server_and_counts_each_ones_workers(servers,
-                                                                        tiny_model_path):
-    fast, late = servers(world_size=1), servers(world_size=2, down_for_s=1.0)
+def test_the_group_waits_for_every_server_and_counts_each_ones_workers(fake_servers,
+                                                                       tiny_model_path):
+    fast, late = fake_servers(world_size=1), fake_servers(world_size=2, down_for_s=1.0)
     gen = generator(tiny_model_path, [fast, late], server_wait_s=30.0)
     try:
         _, world = gen.weight_sync_group()
@@ -48,11 +35,11 @@ def test_the_group_waits_for_every_server_and_counts_each_ones_workers(servers,
 
 
 def test_a_server_started_with_data_parallelism_joins_with_every_ranks_workers(
-        servers, tiny_model_path):
+        fake_servers, tiny_model_path):
     # `vllm serve --data-parallel-size 2 --tensor-parallel-size 2`: 4 workers, each joining
     # the group at rank offset + dp_rank x 2 + its TP rank (vLLM 0.32's
     # worker_init_process_group), so the server needs 4 ranks of the group, not 2
-    plain, dp = servers(world_size=1), servers(world_size=2, data_parallel=2)
+    plain, dp = fake_servers(world_size=1), fake_servers(world_size=2, data_parallel=2)
     gen = generator(tiny_model_path, [dp, plain], server_wait_s=30.0)
     try:
         _, world = gen.weight_sync_group()
@@ -62,9 +49,9 @@ def test_a_server_started_with_data_parallelism_joins_with_every_ranks_workers(
         gen.close()
 
 
-def test_a_server_that_never_says_its_world_size_is_one_line_naming_it(servers,
+def test_a_server_that_never_says_its_world_size_is_one_line_naming_it(fake_servers,
                                                                        tiny_model_path):
-    up, silent = servers(), servers(world_size_delay_s=-1)
+    up, silent = fake_servers(), fake_servers(world_size_delay_s=-1)
     gen = generator(tiny_model_path, [up, silent], server_timeout_s=0.5, server_wait_s=2.0)
     try:
         start = time.monotonic()
@@ -78,11 +65,11 @@ def test_a_server_that_never_says_its_world_size_is_one_line_naming_it(servers,
         gen.close()
 
 
-def test_update_weights_gets_the_publishers_timeout_not_a_control_calls(servers,
+def test_update_weights_gets_the_publishers_timeout_not_a_control_calls(fake_servers,
                                                                         tiny_model_path):
     from scalerl.trainer.publish import make_publisher
 
-    slow = servers(update_delay_s=1.5)  # the broadcast and load of a big model take minutes
+    slow = fake_servers(update_delay_s=1.5)  # the broadcast and load of a big model take minutes
     gen = generator(tiny_model_path, [slow], server_timeout_s=0.5, server_wait_s=10.0)
     try:
         publisher = make_publisher("nccl", gen, timeout_s=20.0)

@@ -226,6 +226,18 @@ class UnavailableOnce(SeededGenerator):
         return super().generate(samples, **kw)
 
 
+def assert_resumes_as(resumed, state: dict, reference) -> None:
+    """`resumed`, loaded with `state`, gives the next two steps' groups `reference` gives (both
+    closed after)."""
+    resumed.load_state_dict(state)
+    try:
+        assert [key(g) for g in drive(resumed, steps=2)] == [key(g) for g in drive(reference,
+                                                                                  steps=2)]
+    finally:
+        resumed.close()
+        reference.close()
+
+
 @pytest.mark.parametrize("kind", [PPOOffPolicy, PipelineSource])
 def test_unavailable_generation_surfaces_as_itself_and_loses_no_prompt(kind):
     """The loop checkpoints on GeneratorUnavailable: the source's state then must hold every
@@ -239,14 +251,7 @@ def test_unavailable_generation_surfaces_as_itself_and_loses_no_prompt(kind):
         state = source.state_dict()
     finally:
         source.close()
-    resumed = kind(SeededGenerator(), sampler(), settings(max_lag=0))
-    resumed.load_state_dict(state)
-    try:
-        assert [key(g) for g in drive(resumed, steps=2)] == [key(g) for g in drive(reference,
-                                                                                  steps=2)]
-    finally:
-        resumed.close()
-        reference.close()
+    assert_resumes_as(kind(SeededGenerator(), sampler(), settings(max_lag=0)), state, reference)
 
 
 def test_the_wait_and_in_flight_settings_reach_the_pipeline_and_bad_ones_fail_in_one_line():
@@ -308,14 +313,8 @@ def test_a_stop_ends_the_wait_for_a_batch_with_no_batch_taken():
         source.pipeline.stop(drain_s=0)
         source.publisher.close()
     assert state["buffer"]["batches_taken"] == 0
-    resumed = PipelineSource(SeededGenerator(), sampler(), settings(max_lag=0))
-    resumed.load_state_dict(state)
-    try:
-        assert [key(g) for g in drive(resumed, steps=2)] == [key(g) for g in drive(reference,
-                                                                                  steps=2)]
-    finally:
-        resumed.close()
-        reference.close()
+    assert_resumes_as(PipelineSource(SeededGenerator(), sampler(), settings(max_lag=0)), state,
+                      reference)
 
 
 def test_ppo_state_taken_at_a_step_start_is_a_copy_the_step_does_not_change():
