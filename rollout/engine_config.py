@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
+from scalerl.rollout.lora import LoraServing
 from scalerl.rollout.vllm_worker import WORKER_EXTENSION
 
 TOOL_FORMATS: tuple[str, ...] = ("auto", "chat", "plain")
@@ -123,6 +124,9 @@ class EngineConfig:
     server_wait_s: float = 300.0
     """How long generation waits for a usable server when none is left before giving up (a
     training run then writes a checkpoint and stops; `--resume` continues)."""
+    lora: LoraServing | None = None
+    """Set by a LoRA run's glue from `policy.lora` and `offpolicy.max_lag` (not a recipe field):
+    the engine serves the run's adapters (rollout/lora.py) and publishes move only them."""
 
     @property
     def batched_tokens(self) -> int:
