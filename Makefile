@@ -35,7 +35,7 @@ sysdeps:
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools wheel
-	$(BIN)/pip install -q -e ".[cpu,dev]"
+	$(BIN)/pip install -q -e ".[cpu,dev,ray]"
 	# EvalPlus's evaluator, the reference of the MBPP+/HumanEval+ differential tests. Without its
 	# dependencies (openai, anthropic, tree-sitter...): evalplus.eval needs only numpy and psutil.
 	$(BIN)/pip install -q --no-deps evalplus==0.3.1

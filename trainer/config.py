@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from scalerl.trainer.lora_config import LoraConfig
+
 Rule = tuple[bool, str, str]
 """(ok, field name, what is allowed)."""
 
@@ -87,6 +89,9 @@ class PolicyConfig:
     """Completion tokens whose LM-head logits are computed at once (forward and backward); the
     logits held are this x the vocabulary in fp32 (1024 x 152k = 0.6 GB), never the whole
     batch's. The values do not depend on it."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA: train adapters on a frozen base and publish only them (`policy.lora.rank` > 0;
+    trainer/lora_config.py documents its fields)."""
     collective_timeout_s: float = 1800.0
     """Timeout of the trainer ranks' collectives (gradient reductions, all-gathers). Ranks that
     wait while rank 0 alone generates, validates, writes checkpoint files or publishes weights
