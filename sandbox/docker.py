@@ -38,10 +38,14 @@ from scalerl.sandbox.host_run import (
 )
 
 SANDBOX_USER = "65534:65534"
-REAPER = ("import os, time\nwhile True:\n    try:\n        os.wait()\n"
-          "    except ChildProcessError:\n        time.sleep(1)")
-"""PID 1 of each container: reaps orphans (so zombies never eat the pids limit); init cannot be
-killed from inside its PID namespace."""
+REAPER = ("import signal\nsignal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+          "while True:\n    signal.pause()")
+"""PID 1 of each container: with SIGCHLD ignored the kernel reaps every orphan the moment it
+exits or is re-parented to init (POSIX.1-2001, man 2 wait; kernel/exit.c do_notify_parent's
+autoreap), so zombies never eat the pids limit nor linger for the leak checks; init cannot be
+killed from inside its PID namespace. It was a `wait()` loop that slept 1 s whenever it had no
+child: an orphan killed at the end of a run stayed a zombie for up to that second, and the
+hostile-program suite's leak check waited for it (grandchild_stdout and daemon ~1 s slower)."""
 LABEL = "scalerl.sandbox"
 HOST_SLACK_S = 5.0
 """Beyond the wall limit, how long the host waits for the supervisor's report before recycling."""

@@ -52,7 +52,7 @@ class ProcessBackend(Backend):
 
     contains = frozenset({"cpu_spin", "sleep", "ignored_signals", "memory_bomb", "thread_bomb",
                           "infinite_stdout", "stderr_flood", "fd_exhaustion", "segfault",
-                          "grandchild_stdout", "fd1_direct", "big_output"})
+                          "grandchild_stdout", "fd1_direct", "big_output", "stdin_eof"})
     """Probes of `selfcheck` this backend contains; the others (network, files, /proc, daemons,
     fork bombs as root, killing the parent) it does not, and `sandbox check` says so."""
 

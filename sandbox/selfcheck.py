@@ -127,6 +127,7 @@ PROBES: tuple[Probe, ...] = (
     Probe("grandchild_stdout", frozenset({"ok"}), Limits(wall_s=10.0)),
     Probe("fd1_direct", frozenset({"ok"}), Limits(), _stdout_is(b"42\n")),
     Probe("big_output", frozenset({"ok"}), Limits(), _stdout_is(b"y" * 1_299_999 + b"\n")),
+    Probe("stdin_eof", frozenset({"ok"}), Limits(), _stdout_is(b"read 0\n")),
 )
 PROBE_NAMES = tuple(p.name for p in PROBES)
 

@@ -278,7 +278,10 @@ def survivors(grace_s=0.5):
 
 
 def framed(cfg_text):
-    """docker exec: one JSON in on stdin (cfg, files, stdin), one JSON out on stdout."""
+    """docker exec: one JSON in on stdin (cfg, files, stdin), one JSON out on stdout.
+
+    A program that closes its stdout and stderr before it exits (C programs do, at exit) is
+    waited for until the wall limit before the rest of the run is killed, not killed with it."""
     msg = marshal.loads(sys.stdin.buffer.read() if cfg_text == "-" else bytes.fromhex(cfg_text))
     cfg = msg["cfg"]
     set_dumpable(0)  # same uid as the program: no ptrace of, or /proc/<pid>/fd access to, us
@@ -301,6 +304,9 @@ def framed(cfg_text):
         os.close(fd)
     bufs = {out_r: bytearray(), err_r: bytearray()}
     outcome, exited = pump(bufs, cfg["output_cap"], start + cfg["wall_s"], cfg, pid)
+    if outcome is None and exited is None:  # it closed stdout and stderr but has not exited yet
+        status, cpu = wait_for(pid, deadline=start + cfg["wall_s"])
+        outcome, exited = ("timeout", None) if status is None else (None, (status, cpu))
     kill_everyone_else(cfg, pid)
     status, cpu = exited or wait_for(pid, deadline=time.monotonic() + 2.0)
     report = status_fields(status, cpu)

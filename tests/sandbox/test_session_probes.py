@@ -95,6 +95,8 @@ TOOL_EXPECT: dict[str, tuple[frozenset[str], ToolCheck | None]] = {
     "fd1_direct": (frozenset({"ok"}), _is("42\n3\n")),
     "big_output": (frozenset({"ok"}), lambda out, ctx: _cut(out, ctx) or (
         None if out.output.startswith("y" * LIMITS.max_output_chars) else "not the program's")),
+    # no stdin in a session (fd 0 is /dev/null); it ends with os._exit(0), its interpreter with it
+    "stdin_eof": (frozenset({"error"}), _says("exited with status 0")),
 }
 _POOLS: dict[str, SessionPool] = {}
 
