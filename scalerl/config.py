@@ -183,6 +183,7 @@ def load_config(name_or_path: str | None = None, overrides: list[str] = ()) -> R
 
 RESUMABLE: tuple[str, ...] = ("steps", "val", "checkpoint", "log", "sandbox", "verifiers", "plan",
                               "filters.max_error_frac", "filters.error_patience",
+                              "engine.servers",
                               "engine.weight_timeout_s", "engine.start_timeout_s",
                               "engine.server_timeout_s",
                               "engine.server_request_timeout_s", "engine.server_wait_s",
@@ -191,8 +192,13 @@ RESUMABLE: tuple[str, ...] = ("steps", "val", "checkpoint", "log", "sandbox", "v
                               "offpolicy.batch_wait_s", "offpolicy.stall_s")
 """Settings (and sections) a `--set` may change when a run is resumed: how long it runs, what is
 validated, logged and kept, where code is checked, when verifier errors stop it, how long it
-waits for the generator. Anything else would change what the run trains on mid-run, so
-`resume_config` refuses it."""
+waits for the generator, and which vLLM servers generate (`engine.servers`: infrastructure; a
+resumed run joins every listed server afresh and puts its checkpoint's weights and version on
+each before it gets a request, a replaced or added one alike; what a server serves must still
+match, checked as it joins: at least `engine.max_model_len`, the LM head in the trainer's
+precision, the run's weights loaded from `engine.weights_dir`, so a model of the run's shapes).
+Anything else would change what the run trains on mid-run (the model, dtype, sampling, lengths,
+the weight transport), so `resume_config` refuses it."""
 
 
 def resumable(key: str) -> bool:

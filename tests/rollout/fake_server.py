@@ -51,6 +51,10 @@ class FakeServer:
         """Route -> how many of its next calls get HTTP 503 (as vLLM answers while its engine
         is busy or broken) before it answers again."""
         self.label = "default"
+        self.loaded = model_root
+        """The weights it serves: where its last reload (`/collective_rpc`) read them from."""
+        self.served: list[tuple[str, str]] = []
+        """(version label, weights loaded) each generation request was answered with."""
         self.calls: list[str] = []
         self.rpcs: list[str] = []
         """The methods `/collective_rpc` was asked to run."""
@@ -104,6 +108,7 @@ class FakeServer:
             await asyncio.sleep(self.update_delay_s)
         if path == "/collective_rpc":
             self.rpcs.append(body["method"])
+            self.loaded = (body.get("kwargs") or {}).get("weights_path", self.loaded)
             info = {"head_dtype": "float32", "dtype": "float32",  # as `scalerl serve` starts
                     "max_model_len": self.max_model_len}
             result = info if body["method"] == "scalerl_engine_info" else None
@@ -129,6 +134,7 @@ class FakeServer:
         finally:
             self.in_flight -= 1
         self.answered.append(prompt)
+        self.served.append((self.label, self.loaded))
         n = body["sampling_params"]["max_tokens"]
         return web.json_response({"choices": [{
             "finish_reason": "length", "token_ids": [7] * n,

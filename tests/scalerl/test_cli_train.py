@@ -95,3 +95,27 @@ def test_a_resume_may_wait_longer_for_the_generator_but_not_change_the_engine():
     with pytest.raises(ConfigError, match=r"^--set engine.max_model_len 512 -> 2048: cannot "
                                           "change when a run is resumed"):
         resume_config(data, ["engine.max_model_len=2048"])
+
+
+def test_a_resume_may_generate_on_other_servers(tmp_path, capsys):
+    """Servers are infrastructure: a replaced or added server is taken on `--resume` (the run's
+    weights go to each as it joins: tests/rollout/test_server_resume.py); the engine's settings
+    that shape what it generates still may not change."""
+    from scalerl.config import ConfigError, load_config, resume_config, to_dict
+
+    run = fake_run(tmp_path, ("offpolicy.mode=ppo", "steps=6",
+                              "engine.servers=[http://gen-0:8000,http://gen-1:8000]"))
+    new = "[http://gen-0:8000,http://gen-2:8000,http://gen-3:8000]"  # gen-1 replaced, one added
+    argv = ["train", "--run-dir", str(run), "--resume", "--set", f"engine.servers={new}",
+            "--print-config"]
+    assert cli.main(argv) == 0
+    shown = capsys.readouterr().out
+    assert "http://gen-2:8000" in shown and "http://gen-3:8000" in shown
+    assert "http://gen-1:8000" not in shown
+    data = to_dict(load_config(None, ["engine.servers=[http://gen-0:8000]"]))
+    cfg, changes = resume_config(data, ["engine.servers=[http://gen-9:8000]"])
+    assert cfg.engine.servers == ("http://gen-9:8000",)
+    assert changes == {"engine.servers": (["http://gen-0:8000"], ["http://gen-9:8000"])}
+    for refused in ("engine.dtype=bfloat16", "engine.weight_transfer=nccl", "policy.model=x/y"):
+        with pytest.raises(ConfigError, match="cannot change when a run is resumed"):
+            resume_config(data, [refused])
