@@ -4,7 +4,10 @@ Grades HumanEval's canonical solutions (and synth_code's warm-start solutions) w
 (one sandbox run per problem, all its tests inside) through a thread pool. The baseline is what
 the public harnesses do: `prompt + solution + test + check(entry)` run as one bare
 `python3 -I -c` subprocess per problem, judged by its exit code (no sandbox, no hack defences).
-Both are timed in the same run, interleaved, with the same concurrency.
+Both are timed in the same run, interleaved, with the same concurrency. `cpu_ms_per_problem` is
+the grading's CPU time (this process and its reaped children) per problem, which machine load
+does not change: complete on `bwrap-cold` and `process`, where every run is a child reaped at its
+end; a warm backend's workers are counted only once they exit (not within the run).
 """
 
 from __future__ import annotations
@@ -45,10 +48,20 @@ def _solution_code(sample) -> str:
     return extract_code(sample.meta["solution"], requires_thinking=False) or ""
 
 
-def _timed(fn, items, workers: int) -> tuple[float, int]:
-    start = time.perf_counter()
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its children reaped so far."""
+    import resource
+
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+def _timed(fn, items, workers: int, cpu: list[float] | None = None) -> tuple[float, int]:
+    start, cpu_start = time.perf_counter(), _cpu_s()
     with ThreadPoolExecutor(workers) as ex:
         good = sum(ex.map(fn, items))
+    if cpu is not None:
+        cpu.append(_cpu_s() - cpu_start)
     return time.perf_counter() - start, good
 
 
@@ -67,9 +80,10 @@ def measure(n: int, workers: int, backend: str | None, synth: int) -> dict:
     half = len(samples) // 2
     secs = {"baseline": 0.0, "score_code": 0.0}
     good = {"baseline": 0, "score_code": 0}
+    cpu: list[float] = []
     for part in (samples[:half], samples[half:]):  # interleaved: load hits both alike
         for key, fn in (("baseline", _bare), ("score_code", graded)):
-            dt, ok = _timed(fn, part, workers)
+            dt, ok = _timed(fn, part, workers, cpu if key == "score_code" else None)
             secs[key] += dt
             good[key] += ok
     out = {"n": len(samples), "workers": workers, "backend": backend or "default",
@@ -77,7 +91,8 @@ def measure(n: int, workers: int, backend: str | None, synth: int) -> dict:
            "problems_per_s": round(len(samples) / secs["score_code"], 2),
            "ratio": round(secs["baseline"] / secs["score_code"], 3),
            "correct": good["score_code"], "baseline_passed": good["baseline"],
-           "humaneval_s": round(secs["score_code"], 2)}
+           "humaneval_s": round(secs["score_code"], 2),
+           "cpu_ms_per_problem": round(1e3 * sum(cpu) / len(samples), 2)}
     if synth:
         task = get_task("synth_code")
         items = list(task.samples("test"))[:synth]

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from scalerl.config import RunConfig
 from scalerl.planning.advice import best_split, bigger_micro, micro_fit
 from scalerl.planning.balance import balance_lines
+from scalerl.planning.grading_load import NODE_CORES, GradingLoad, grading_line, plan_grading
 from scalerl.planning.layouts import workload
 from scalerl.planning.placement import Placement, PlacementError, gpu_count, plan_placement
 from scalerl.planning.sizing import (
@@ -94,6 +95,8 @@ class DryRun:
     micro_fit: int = 0
     """The most tokens a packed micro-batch may hold in what the margin leaves (`room`), up
     to a rank's tokens per step (0: unknown, no GPU)."""
+    grading: GradingLoad | None = None
+    """Whether the node's spare cores grade a step while it generates (None: no plan)."""
 
     @property
     def usable(self) -> int:
@@ -191,12 +194,13 @@ def launch_ranks(gpus: int, cfg: RunConfig, ranks: int | None) -> tuple[int, int
 
 def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
              ranks: int | None = None, gpu_name: str | None = None,
-             work: Workload | None = None, recipe: str | None = None) -> DryRun:
+             work: Workload | None = None, recipe: str | None = None,
+             node_cores: int = NODE_CORES) -> DryRun:
     """The dry run of `cfg` whose model's config.json is in `config_dir`; PlacementError when
     the ranks or the engine cannot be placed on `gpus` GPUs per node. `gpu_name`: the GPU model
     (a registered name, or the device's own name; default: by its memory); `work`: what a step
     asks for (default: the config's, with the stated mean lengths); `recipe`: for the launch
-    line."""
+    line; `node_cores`: the CPU cores of a node (grading_load.py)."""
     shape = model_shape(config_dir)
     work = work or workload(cfg)
     gpu = gpu_model(gpu_name, gpu_bytes) if gpus and gpu_bytes else None
@@ -236,7 +240,9 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
                   kv_sequences=kv_tokens / e.max_model_len, rollouts_per_step=per_step,
                   in_flight=in_flight, publish_bytes=shape.params * BYTES[e.dtype], speed=speed,
                   engine_tp=e.tensor_parallel_size, margin=cfg.plan.memory_margin,
-                  micro_fit=fit)
+                  micro_fit=fit, grading=plan_grading(
+                      cfg, speed.plan if speed else None, local=local, node_cores=node_cores,
+                      engines=placement.engines if placement else 0, tp=e.tensor_parallel_size))
 
 
 def place(e, gpus: int, local: int) -> Placement | None:
@@ -349,7 +355,7 @@ def describe(run: DryRun) -> list[str]:
     lines.append(f"KV cache: {kv}; {run.rollouts_per_step} rollouts per step, "
                  f"{run.in_flight} in flight")
     lines.append(f"each publish sends {gib(run.publish_bytes):.1f} GiB of weights")
-    lines += speed_lines(run.speed)
+    lines += speed_lines(run.speed) + grading_line(run.grading)
     lines.append(("fits" if run.gpu_bytes else "not checked") if not run.refusal
                  else run.refusal)
     return lines
@@ -376,9 +382,10 @@ def dry_run(cfg: RunConfig, *, gpus: int | None, gpu_gib: float | None,
         gpu_gib = GPUS[gpu_name].cuda_gib
     work = workload(cfg, completion_tokens=completion_tokens, prompt_tokens=prompt_tokens,
                     completion_rms=completion_rms)
+    cores = len(os.sched_getaffinity(0)) if gpus and _cuda_devices() else NODE_CORES
     return plan_run(cfg, config_dir(cfg.policy.model), gpus=gpus,
                     gpu_bytes=int((gpu_gib or 0.0) * GIB), ranks=ranks, gpu_name=gpu_name,
-                    work=work, recipe=recipe)
+                    work=work, recipe=recipe, node_cores=cores)
 
 
 def _cuda_devices() -> int:
