@@ -143,6 +143,7 @@ def share_gpu(cfg: RunConfig, placement: Placement, model_path: str, ranks: int)
     refused in one line when the trainer's estimate and the engine's cannot both fit."""
     import torch
 
+    from scalerl.planning.lora_sizing import lora_serving
     from scalerl.planning.sizing import (
         engine_memory,
         model_shape,
@@ -154,7 +155,8 @@ def share_gpu(cfg: RunConfig, placement: Placement, model_path: str, ranks: int)
     gpu = placement.shared[0]
     _, total = torch.cuda.mem_get_info(placement.train.index(gpu))
     shape, e = model_shape(model_path), cfg.engine
-    engine = engine_memory(shape, dtype=e.dtype, kv_gib=e.kv_cache_gib, tp=e.tensor_parallel_size)
+    engine = engine_memory(shape, dtype=e.dtype, kv_gib=e.kv_cache_gib, tp=e.tensor_parallel_size,
+                           lora=e.lora or lora_serving(cfg), max_tokens=e.max_model_len)
     trainer = trainer_memory(shape, trainer_layout(cfg, ranks))
     fraction = shared_engine_fraction(gpu, total, trainer, engine)
     print(f"placement: GPU {gpu} is shared: engine.memory_fraction {e.memory_fraction} -> "

@@ -24,9 +24,9 @@ from scalerl.planning.advice import best_split, bigger_micro, micro_fit
 from scalerl.planning.balance import balance_lines
 from scalerl.planning.grading_load import NODE_CORES, GradingLoad, grading_line, plan_grading
 from scalerl.planning.layouts import workload
+from scalerl.planning.lora_sizing import lora_plan, publish_bytes, publish_line
 from scalerl.planning.placement import Placement, PlacementError, gpu_count, plan_placement
 from scalerl.planning.sizing import (
-    BYTES,
     GIB,
     ModelShape,
     TrainerLayout,
@@ -202,7 +202,7 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
     asks for (default: the config's, with the stated mean lengths); `recipe`: for the launch
     line; `node_cores`: the CPU cores of a node (grading_load.py)."""
     shape = model_shape(config_dir)
-    work = work or workload(cfg)
+    cfg, work = lora_plan(cfg, shape, work or workload(cfg))
     gpu = gpu_model(gpu_name, gpu_bytes) if gpus and gpu_bytes else None
     given = launch_ranks(gpus, cfg, ranks) if ranks is not None or launched() else None
     local, world, found = choose_ranks(cfg, shape, gpus=gpus, gpu_bytes=gpu_bytes, gpu=gpu,
@@ -219,8 +219,9 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
     except PlacementError as err:  # e.g. a trainer rank on every GPU, the engine beside one
         raise PlacementError(f"{err}{best_split(found, recipe)}") from None
     kv_gib = e.kv_cache_gib or 0.0
-    engine = {} if e.servers else engine_memory(shape, dtype=e.dtype, kv_gib=kv_gib,
-                                                tp=e.tensor_parallel_size)
+    engine = {} if e.servers else engine_memory(shape, dtype=e.dtype, kv_gib=kv_gib, lora=e.lora,
+                                                tp=e.tensor_parallel_size,
+                                                max_tokens=e.max_model_len)
     if e.kv_cache_gib is None:  # sized from the engine GPU, and none is known
         engine.pop("kv_cache", None)
     kv_tokens = kv_gib * GIB / kv_bytes_per_token(shape, e.dtype, e.tensor_parallel_size)
@@ -238,7 +239,7 @@ def plan_run(cfg: RunConfig, config_dir: str, *, gpus: int, gpu_bytes: int,
                   trainer=trainer, engine=engine,
                   engine_budget=int(e.memory_fraction * gpu_bytes),
                   kv_sequences=kv_tokens / e.max_model_len, rollouts_per_step=per_step,
-                  in_flight=in_flight, publish_bytes=shape.params * BYTES[e.dtype], speed=speed,
+                  in_flight=in_flight, publish_bytes=publish_bytes(shape, e), speed=speed,
                   engine_tp=e.tensor_parallel_size, margin=cfg.plan.memory_margin,
                   micro_fit=fit, grading=plan_grading(
                       cfg, speed.plan if speed else None, local=local, node_cores=node_cores,
@@ -354,7 +355,7 @@ def describe(run: DryRun) -> list[str]:
           or "kv_cache" in run.engine else "from the engine GPU's memory (none told of)")
     lines.append(f"KV cache: {kv}; {run.rollouts_per_step} rollouts per step, "
                  f"{run.in_flight} in flight")
-    lines.append(f"each publish sends {gib(run.publish_bytes):.1f} GiB of weights")
+    lines.append(publish_line(run.publish_bytes, run.shape, run.layout))
     lines += speed_lines(run.speed) + grading_line(run.grading)
     lines.append(("fits" if run.gpu_bytes else "not checked") if not run.refusal
                  else run.refusal)

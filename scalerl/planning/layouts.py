@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from scalerl.config import RunConfig
+from scalerl.planning.lora_sizing import engine_lora_memory
 from scalerl.planning.placement import (
     Layout,
     Placement,
@@ -80,11 +81,14 @@ def workload(cfg: RunConfig, *, completion_tokens: int | None = None,
 def kv_bytes_from_gpu(shape: ModelShape, e: EngineConfig, gpu_bytes: int,
                       trainer_bytes: int = 0) -> int:
     """KV bytes one engine GPU holds: memory_fraction x the GPU, less a sharing trainer rank's
-    peak, the weights' share and the engine's runtime (sizing.ENGINE_RESERVE); 0 when nothing
-    is left."""
+    peak, the weights' share, the engine's runtime (sizing.ENGINE_RESERVE) and a LoRA run's
+    slots; 0 when nothing is left."""
     tp = e.tensor_parallel_size
     room = (e.memory_fraction * gpu_bytes - trainer_bytes - shape.params * BYTES[e.dtype] / tp
             - ENGINE_RESERVE)
+    if e.lora is not None:  # a LoRA run's slots and buffers (lora_sizing.py)
+        room -= sum(engine_lora_memory(shape, e.lora, dtype=e.dtype, tp=tp,
+                                       max_tokens=e.max_model_len).values())
     return max(0, int(room))
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-GIB = 2**30
-BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+from scalerl.planning.lora_sizing import engine_lora_memory, lora_trainer_memory
+from scalerl.planning.units import BYTES, GIB
+
 TRAINER_RESERVE = 2 * GIB
 """Per trainer process: the CUDA context, NCCL's buffers and the allocator's slack."""
 FRAGMENTATION = 0.05
@@ -116,6 +117,11 @@ class TrainerLayout:
     memory; nccl: every tensor on its GPU, in the engine's dtype)."""
     engine_dtype: str = "bfloat16"
     """engine.dtype: the dtype a publish is staged in."""
+    lora_rank: int = 0
+    """policy.lora.rank: 0 trains the whole model; more, a frozen base and adapters on
+    `lora_targets` (scalerl/planning/lora_sizing.py)."""
+    lora_targets: tuple[str, ...] = ()
+    """policy.lora.targets."""
 
     def __post_init__(self) -> None:
         if self.ranks < 1 or self.micro_tokens < 1 or self.logit_chunk_tokens < 1:
@@ -161,6 +167,8 @@ def trainer_memory(shape: ModelShape, t: TrainerLayout) -> dict[str, int]:
     out |= missed_terms(shape, t, state, compute, kept)
     out["fragmentation"] = int(FRAGMENTATION * sum(out.values()))
     out["runtime"] = TRAINER_RESERVE
+    if t.lora_rank:  # a frozen base and adapters: lora_sizing.py rewrites the state's parts
+        return lora_trainer_memory(shape, t, out, fragmentation=FRAGMENTATION)
     return out
 
 
@@ -234,11 +242,16 @@ def kv_bytes_per_token(shape: ModelShape, dtype: str, tp: int = 1) -> int:
     return 2 * shape.layers * max(1, shape.kv_heads // tp) * shape.head_dim * BYTES[dtype]
 
 
-def engine_memory(shape: ModelShape, *, dtype: str, kv_gib: float, tp: int = 1
-                  ) -> dict[str, int]:
-    """Bytes on one engine GPU, by part: its weights' share, the KV cache, the rest."""
-    return {"weights": shape.params * BYTES[dtype] // tp, "kv_cache": int(kv_gib * GIB),
-            "runtime": ENGINE_RESERVE}
+def engine_memory(shape: ModelShape, *, dtype: str, kv_gib: float, tp: int = 1,
+                  lora=None, max_tokens: int = 0) -> dict[str, int]:
+    """Bytes on one engine GPU, by part: its weights' share, the KV cache, the rest; with `lora`
+    (rollout/lora.py `LoraServing`) its LoRA slots and buffers at `max_tokens` tokens a step
+    (lora_sizing.py)."""
+    out = {"weights": shape.params * BYTES[dtype] // tp, "kv_cache": int(kv_gib * GIB),
+           "runtime": ENGINE_RESERVE}
+    if lora is not None:
+        out |= engine_lora_memory(shape, lora, dtype=dtype, tp=tp, max_tokens=max_tokens)
+    return out
 
 
 def gib(parts: dict[str, int] | int) -> float:
@@ -264,7 +277,8 @@ def trainer_layout(cfg, ranks: int) -> TrainerLayout:
         micro_tokens=o.micro_batch_tokens if packed else o.micro_batch_size
         * cfg.engine.max_model_len, padded_rows=0 if packed else o.micro_batch_size,
         head_operands=p.head_operands, transfer=cfg.engine.weight_transfer,
-        engine_dtype=cfg.engine.dtype)
+        engine_dtype=cfg.engine.dtype, lora_rank=p.lora.rank,
+        lora_targets=tuple(p.lora.targets) if p.lora.rank else ())
 
 
 def shared_engine_fraction(gpu: str, total: int, trainer: dict[str, int],

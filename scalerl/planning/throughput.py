@@ -150,6 +150,11 @@ class Workload:
     """Seconds between checkpoints (0: by steps only)."""
     sharded: bool = True
     """The trainer is FSDP2-sharded: a publish all-gathers the weights first."""
+    publish_params: int = 0
+    """Parameters a publish sends (0: the whole model; a LoRA run: its adapter's)."""
+    frozen_base: bool = False
+    """LoRA: the base is frozen, so its weight gradients (2 of a trained token's 6 x params
+    FLOPs) are not computed."""
 
     def __post_init__(self) -> None:
         for field in ("rollouts_per_step", "completion_tokens", "steps", "steps_per_publish"):
@@ -283,23 +288,26 @@ def decode(shape: ModelShape, gpu: Gpu, *, tp: int, dtype: str, kv_bytes: int, c
                   bound="memory" if memory_s >= compute_s else "compute")
 
 
-def trainer_flops_per_token(shape: ModelShape, sequence: int) -> float:
+def trainer_flops_per_token(shape: ModelShape, sequence: int, frozen: bool = False) -> float:
     """Model FLOPs per trained token (PaLM appendix B; torchtitan counts the same): 6 x compute
-    params + 12 x layers x attention width x the row's length."""
-    return (6 * compute_params(shape)
+    params + 12 x layers x attention width x the row's length; `frozen` (LoRA): 4 x compute
+    params, the base's weight gradients not computed (the adapter's own FLOPs are under 2%)."""
+    return ((4 if frozen else 6) * compute_params(shape)
             + 12 * shape.layers * shape.heads * shape.head_dim * sequence)
 
 
 def trainer_tokens_per_s(shape: ModelShape, gpu: Gpu, ranks: int, sequence: int,
-                         mfu: float = TRAINER_MFU) -> float:
+                         mfu: float = TRAINER_MFU, frozen: bool = False) -> float:
     """Tokens per second `ranks` trainer GPUs train on at `mfu` of their peak."""
-    return ranks * gpu.bf16_flops * mfu / trainer_flops_per_token(shape, sequence)
+    return ranks * gpu.bf16_flops * mfu / trainer_flops_per_token(shape, sequence, frozen)
 
 
 def publish_seconds(shape: ModelShape, gpu: Gpu, *, dtype: str, transfer: str,
-                    sharded: bool = True, k: Constants = NOMINAL) -> float:
-    """Seconds of one publish's serial work (calibration.py `publish_work`)."""
-    return publish_work(shape.params, shape.params * BYTES[dtype], sharded=sharded,
+                    sharded: bool = True, k: Constants = NOMINAL, params: int = 0) -> float:
+    """Seconds of one publish's serial work (calibration.py `publish_work`) of `params`
+    parameters (0: the whole model)."""
+    params = params or shape.params
+    return publish_work(params, params * BYTES[dtype], sharded=sharded,
                         transfer=transfer, link_bandwidth=gpu.link_bandwidth,
                         host_bandwidth=gpu.host_bandwidth, k=k).total_s
 
@@ -312,11 +320,11 @@ def step_parts(shape: ModelShape, gpu: Gpu, layout: Layout, work: Workload, *, d
                  context=work.context, max_num_seqs=max_num_seqs, mbu=k.mbu)
     engines_tps = layout.engines * one.tokens_per_s
     trainer_tps = trainer_tokens_per_s(shape, gpu, layout.ranks, work.attention_sequence,
-                                       mfu=k.mfu)
+                                       mfu=k.mfu, frozen=work.frozen_base)
     generate = work.rollouts_per_step * work.completion_tokens / engines_tps
     train = work.rollouts_per_step * work.sequence / trainer_tps
-    publish = publish_seconds(shape, gpu, dtype=dtype, transfer=transfer,
-                              sharded=work.sharded, k=k) / work.steps_per_publish
+    publish = publish_seconds(shape, gpu, dtype=dtype, transfer=transfer, sharded=work.sharded,
+                              k=k, params=work.publish_params) / work.steps_per_publish
     validation = (work.val_rollouts * work.completion_tokens / engines_tps / work.val_every
                   if work.val_every and work.val_rollouts else 0.0)
     step = (max(generate, train) if work.overlap else generate + train) + publish + validation
