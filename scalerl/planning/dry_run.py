@@ -156,7 +156,7 @@ class DryRun:
         nodes = -(-(ranks + self.engine_tp) // gpus)
         return (f"the state alone does not fit: it needs {ranks} FSDP2 trainer ranks "
                 f"({gib(per_rank):.1f} GiB each) and engines of TP {self.engine_tp} (bf16 "
-                f"weights {gib(self.publish_bytes):.1f} GiB), at least {nodes} nodes of {gpus} "
+                f"weights {gib(2 * self.shape.params):.1f} GiB), at least {nodes} nodes of {gpus} "
                 "GPUs (docs/scale-out.md); CPU offload of the optimizer state is not "
                 "supported")
 
