@@ -13,6 +13,7 @@ exception. Not here: choosing an actor, counting in-flight requests, actor death
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +31,14 @@ Result = tuple[str, Any]
 
 def _failed(exc: BaseException) -> Result:
     return "failed", f"{type(exc).__name__}: {exc}"
+
+
+def _unblock_signals() -> None:
+    """Clear this thread's signal mask. A Ray worker's threads block SIGINT, and every thread
+    and process started from them inherits the mask: a sandboxed program would see SIGINT
+    blocked (an uncaught KeyboardInterrupt then exits 130 instead of dying by SIGINT, a
+    different verdict detail than local grading's). Called before anything here starts one."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
 
 
 class GradingHost:
@@ -60,6 +69,7 @@ class GradingHost:
                  files: Mapping[str, bytes], limits: Limits, collect: tuple[str, ...] = ()
                  ) -> Result:
         """One sandboxed run in this node's backend of `sandbox` (its ExecResult)."""
+        _unblock_signals()
         try:
             backend = get_backend(sandbox.backend, sandbox.workers or self.workers)
             return "ok", backend.run(list(argv), stdin=stdin, files=files, limits=limits,
@@ -71,6 +81,7 @@ class GradingHost:
              fn: Callable, jobs: list[tuple], timeout_s: float,
              affinity: Callable | None = None) -> Result:
         """`pool_of(workers).run_many(fn, jobs, timeout_s, affinity=affinity)`: the Outcomes."""
+        _unblock_signals()
         try:
             pool = pool_of(workers)
             with self._lock:
@@ -82,6 +93,7 @@ class GradingHost:
 
     def open_session(self, sandbox: SandboxConfig, limits: SessionLimits) -> Result:
         """A fresh tool session in this node's sandbox; its id."""
+        _unblock_signals()
         key = (sandbox.backend, limits)
         try:
             with self._lock:
@@ -101,6 +113,7 @@ class GradingHost:
     def session_run(self, sid: str, code: str) -> Result:
         """One call of session `sid` (a ToolOutcome); failed when this actor does not hold it
         (it was restarted since the session opened) or its sandbox failed."""
+        _unblock_signals()
         with self._lock:
             session = self._sessions.get(sid)
         if session is None:
