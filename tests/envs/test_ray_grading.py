@@ -90,6 +90,36 @@ def test_the_grading_actor_class_runs_code_and_sessions_here():
         host.shutdown()
 
 
+def test_requests_go_to_the_least_loaded_actor_and_wait_at_its_cap():
+    """The dispatch alone (no Ray): two actors of caps 2 and 4; by outstanding / cap, ties to
+    the next in turn, worked out by hand: 1, 0, 1, 0, then only actor 1 has room (1, 1); the
+    seventh waits until a place is given back."""
+    import threading
+
+    from scalerl.envs.ray_grading import GradingLost, RayGrader, Slot
+
+    g = RayGrader(None, None, None)
+    g._started = True  # the actors are these two slots
+    g.slots = [Slot(0, None, "node-a", "10.0.0.1", cores=1, cap=2),
+               Slot(1, None, "node-b", "10.0.0.2", cores=2, cap=4)]
+    assert [g.take().index for _ in range(6)] == [1, 0, 1, 0, 1, 1]
+    got: list[int] = []
+    waiter = threading.Thread(target=lambda: got.append(g.take().index))
+    waiter.start()
+    time.sleep(0.3)
+    assert got == []  # every actor at its cap
+    g.give(g.slots[0])
+    waiter.join(5)
+    assert got == [0]
+    g.slots[1].state = "suspect"
+    with pytest.raises(GradingLost, match="was lost"):
+        g.take(g.slots[1])  # a session's actor that failed: its state is gone
+    for s in g.slots:
+        s.state = "dropped"
+    with pytest.raises(GradingLost, match="every one was dropped"):
+        g.take()
+
+
 # --- on the session's 2-node cluster -------------------------------------------------------------
 def _rows() -> list[dict]:
     """Code rows (right, wrong, timeout, crash, no code) and math rows (equal forms, wrong, no
@@ -253,3 +283,32 @@ def test_train_grades_and_runs_its_tools_on_ray(ray_cluster, tiny_model_path, tm
     steps = {r["step"]: r for r in rows if "loss/value" in r or "batch/empty" in r}
     assert sorted(steps) == [1, 2]
     assert all(row["rollout/error_frac"] == 0 for row in steps.values()), steps
+
+
+@pytest.mark.slow
+@pytest.mark.bwrap
+def test_score_on_a_ray_it_starts_leaves_nothing_behind():
+    """`scalerl score --cluster ray` without an address starts a Ray here (its temp dir under
+    TMPDIR), grades on it, and removes the temp dir (sessions, logs, spilled objects) at exit."""
+    import json
+    import shutil
+    import subprocess
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="srl-")  # short: Ray's socket paths are under it
+    try:
+        rows = "".join(json.dumps(r) + "\n" for r in [
+            {"id": 1, "kind": "code", "completion": SUM, "tests": ADD},
+            {"id": 2, "kind": "math", "completion": "\\boxed{0.5}", "answer": "\\frac{1}{2}"}])
+        env = {**os.environ, "TMPDIR": tmp}
+        env.pop("RAY_TMPDIR", None)
+        env.pop("RAY_ADDRESS", None)
+        proc = subprocess.run([sys.executable, "-m", "scalerl", "score", "--cluster", "ray",
+                               "--sandbox", "bwrap"], input=rows, capture_output=True,
+                              text=True, timeout=240, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert [json.loads(line)["status"] for line in proc.stdout.splitlines()] == [
+            "correct", "correct"]
+        assert os.listdir(tmp) == []
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
