@@ -144,7 +144,7 @@ def grader(address: str | None, cores_per_actor: int | None,
     """The process's grader for these settings (made once; it connects at its first use)."""
     key = (address, cores_per_actor, max_in_flight)
     with _LOCK:
-        addresses = {k[0] for k, g in _GRADERS.items() if not g.closed}
+        addresses = {k[0] for k, g in _GRADERS.items() if g.started and not g.closed}
         if addresses and address not in addresses:
             raise ValueError(f"verifiers.ray_address {address!r}: this process already grades "
                              f"on Ray at {addresses.pop()!r}; one Ray cluster per process")
@@ -182,6 +182,10 @@ class RayGrader:
         self._start_lock = threading.Lock()
         self._started = False
         self._turn = 0
+
+    @property
+    def started(self) -> bool:
+        return self._started
 
     # --- start-up --------------------------------------------------------------------------
     def start(self) -> RayGrader:

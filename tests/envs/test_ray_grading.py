@@ -70,6 +70,19 @@ def test_the_run_config_and_flags_set_the_cluster():
     assert (v.cluster, v.ray_address, v.math_workers, v.max_in_flight) == ("ray", "h:6379", 2, 3)
 
 
+def test_a_ray_run_context_places_tool_sessions_on_the_cluster():
+    from scalerl.envs.context import run_context
+    from scalerl.envs.ray_remote import RemoteSessions
+    from scalerl.sandbox.session import LazySessions
+
+    ray = Grading(verifiers=VerifierConfig(cluster="ray", ray_address="10.0.0.1:6379"))
+    try:
+        assert isinstance(run_context("plain", None, ray).sessions, RemoteSessions)  # lazy
+        assert isinstance(run_context("plain", None, Grading()).sessions, LazySessions)
+    finally:
+        close_clusters()
+
+
 @pytest.mark.bwrap
 def test_the_grading_actor_class_runs_code_and_sessions_here():
     host = GradingHost(workers=1)
@@ -283,6 +296,7 @@ def test_train_grades_and_runs_its_tools_on_ray(ray_cluster, tiny_model_path, tm
     steps = {r["step"]: r for r in rows if "loss/value" in r or "batch/empty" in r}
     assert sorted(steps) == [1, 2]
     assert all(row["rollout/error_frac"] == 0 for row in steps.values()), steps
+    assert all("rollout/tool_calls_mean" in row for row in steps.values())
 
 
 @pytest.mark.slow
