@@ -18,16 +18,21 @@ choosing local or Ray (envs/grading.py), the verdicts themselves (envs/code, env
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 from scalerl.envs.grading_host import GradingHost
+from scalerl.envs.ray_dispatch import Dispatch, GradingLost, HostFailed, Slot
+
+__all__ = ["GradingLost", "HostFailed", "RayGrader", "Slot", "close_graders", "grader",
+           "raylets"]
 
 log = logging.getLogger(__name__)
 
@@ -47,38 +52,6 @@ LOCAL_OBJECT_STORE_BYTES = 256 << 20
 """Object store of a Ray started here: requests are programs, tests and outputs (a large
 LiveCodeBench input is tens of MB); Ray spills past it to its temp dir."""
 RAY_MISSING = "Ray is not installed: pip install 'scalerl[ray]' (or make install)"
-
-
-class GradingLost(RuntimeError):
-    """A request's grading actor died, was dropped or did not answer in time."""
-
-
-class HostFailed(RuntimeError):
-    """The grading actor answered that its node's sandbox (or session) failed."""
-
-
-@dataclass
-class Slot:
-    """One grading actor as the driver sees it."""
-
-    index: int
-    handle: Any
-    node_id: str
-    node_ip: str
-    cores: int
-    cap: int
-    """Requests it works on at once."""
-    outstanding: int = 0
-    sessions: int = 0
-    state: str = "ok"
-    """ok | suspect (left out until a ping answers) | dropped"""
-    since: float = 0.0
-    pid: int = 0
-    info: dict = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return f"grading actor {self.index} on node {self.node_ip} ({self.node_id[:8]})"
 
 
 def _ray() -> Any:
@@ -153,6 +126,29 @@ def grader(address: str | None, cores_per_actor: int | None,
         return _GRADERS[key]
 
 
+@contextlib.contextmanager
+def raylets(nodes: int, cpus: int) -> Iterator[str]:
+    """A Ray cluster of `nodes` raylets of `cpus` CPUs each on this machine (ray.cluster_utils;
+    an 80 MB object store each, no dashboard; its temp dir removed at the end): its address.
+    For benches: `scalerl bench grading` compares 1 and 2 nodes."""
+    _ray()
+    from ray.cluster_utils import Cluster
+
+    temp, old = tempfile.mkdtemp(prefix="srl-ray-"), os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = temp
+    node = {"num_cpus": cpus, "object_store_memory": 80 << 20}
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    try:
+        for _ in range(nodes - 1):
+            cluster.add_node(**node)
+        yield cluster.address
+    finally:
+        close_graders()
+        cluster.shutdown()
+        os.environ.pop("RAY_TMPDIR") if old is None else os.environ.update(RAY_TMPDIR=old)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
 @atexit.register
 def close_graders() -> None:
     """Stop every grader's actors (their sessions and sandboxes first), then the Ray this
@@ -167,21 +163,16 @@ def close_graders() -> None:
     _CONNECTION.close()
 
 
-class RayGrader:
+class RayGrader(Dispatch):
     """The driver side of grading on Ray (module docstring)."""
 
     def __init__(self, address: str | None, cores_per_actor: int | None,
                  max_in_flight: int | None) -> None:
+        super().__init__()
         self.address, self.cores_per_actor = address, cores_per_actor
         self.max_in_flight = max_in_flight
-        self.slots: list[Slot] = []
-        self.closed = False
-        self.lost = 0
-        """Requests failed because their actor died or did not answer."""
-        self._cond = threading.Condition()
         self._start_lock = threading.Lock()
         self._started = False
-        self._turn = 0
 
     @property
     def started(self) -> bool:
@@ -272,43 +263,6 @@ class RayGrader:
             raise HostFailed(f"{chosen.name}: {value}")
         return chosen, value
 
-    def take(self, slot: Slot | None = None, *, session: bool = False) -> Slot:
-        """A place on `slot`, else on the least loaded live actor (the fewest sessions first
-        with `session`); waits while every live actor is at its cap."""
-        self.start()
-        with self._cond:
-            while True:
-                if self.closed:
-                    raise GradingLost("the Ray grader is closed")
-                if slot is not None and slot.state != "ok":
-                    raise GradingLost(f"{slot.name} was lost (restarted or dropped)")
-                live = [s for s in self.slots if s.state == "ok"]
-                if not live and all(s.state == "dropped" for s in self.slots):
-                    raise GradingLost("no grading actor is left: every one was dropped")
-                free = [s for s in ([slot] if slot else live) if s.outstanding < s.cap]
-                if free:
-                    self._turn += 1
-                    n = len(self.slots)
-                    chosen = min(free, key=lambda s: (
-                        (s.sessions if session else s.outstanding) / s.cap,
-                        (s.index - self._turn) % n))
-                    chosen.outstanding += 1
-                    chosen.sessions += session
-                    return chosen
-                self._cond.wait(timeout=1.0)
-
-    def give(self, slot: Slot, *, closed_session: bool = False) -> None:
-        """The place `take` gave back (and the session counted on it, when it closed)."""
-        with self._cond:
-            slot.outstanding -= 1
-            if closed_session:
-                slot.sessions = max(0, slot.sessions - 1)
-            self._cond.notify_all()
-
-    def session_closed(self, slot: Slot) -> None:
-        with self._cond:
-            slot.sessions = max(0, slot.sessions - 1)
-
     def control(self, slot: Slot, method: str, *args: Any) -> Any:
         """A quick call outside the in-flight cap (a session's close); None when it fails."""
         ray = _ray()
@@ -317,16 +271,6 @@ class RayGrader:
         except Exception as exc:  # noqa: BLE001 - a dead actor's sessions died with it
             log.debug("%s: %s failed: %s", slot.name, method, exc)
             return None
-
-    # --- failures --------------------------------------------------------------------------
-    def _suspect(self, slot: Slot) -> None:
-        with self._cond:
-            self.lost += 1
-            if slot.state == "ok":
-                slot.state, slot.since = "suspect", time.monotonic()
-                slot.sessions = 0  # a restarted actor holds none
-                log.warning("%s failed; left out until it answers a ping", slot.name)
-            self._cond.notify_all()
 
     def _probe(self) -> None:
         """Ping suspect actors: back in service when one answers, dropped when it is dead,
@@ -355,14 +299,6 @@ class RayGrader:
                 else "suspect"
 
     # --- reports and the end ---------------------------------------------------------------
-    def stats(self) -> dict[str, int]:
-        """Actors by state and the requests lost to actor failures."""
-        with self._cond:
-            states = [s.state for s in self.slots]
-            return {"actors": len(states), "ok": states.count("ok"),
-                    "suspect": states.count("suspect"), "dropped": states.count("dropped"),
-                    "lost": self.lost}
-
     def nodes(self) -> list[dict[str, Any]]:
         """Per node: its address, cores, actors, usable sandbox backends and problems."""
         self.start()
