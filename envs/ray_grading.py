@@ -43,6 +43,9 @@ CONTROL_CALLS = 8
 CALL_GRACE_S = 120.0
 """Added to a request's own worst case (its limits x the requests ahead of it) before the driver
 gives up on the actor: a docker container's start, a loaded node."""
+SHUTDOWN_S = 30.0
+"""How long the actors may take to kill their sessions and sandboxes at the end (docker's
+containers take seconds each) before they are killed anyway."""
 READY_TIMEOUT_S = 120.0
 """How long the actors may take to start (an actor Ray cannot place is dropped after it)."""
 PING_TIMEOUT_S = 5.0
@@ -335,7 +338,7 @@ class RayGrader(Dispatch):
         if not slots or not _ray().is_initialized():
             return
         ray = _ray()
-        refs = [s.handle.shutdown.remote() for s in slots]
-        ray.wait(refs, num_returns=len(refs), timeout=CALL_GRACE_S)
+        refs = [s.handle.shutdown.remote() for s in slots if s.state == "ok"]
+        ray.wait(refs, num_returns=len(refs), timeout=SHUTDOWN_S)
         for s in slots:
             ray.kill(s.handle, no_restart=True)

@@ -117,7 +117,7 @@ class RemoteSessions:
         try:
             slot, sid = self.grader.call_on("open_session", self.sandbox, self.limits,
                                             timeout_s=CALL_GRACE_S, session=True)
-        except (GradingLost, HostFailed) as exc:
+        except RuntimeError as exc:  # GradingLost, HostFailed, or Ray could not be reached
             raise SessionFailed(f"the Python tool's sandbox could not start: {exc}") from None
         session = RemoteSession(self.grader, slot, sid, self.limits)
         with self._lock:
