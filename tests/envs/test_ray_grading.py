@@ -132,6 +132,23 @@ def test_requests_go_to_the_least_loaded_actor_and_wait_at_its_cap():
         g.take()
 
 
+def test_a_node_that_cannot_run_the_sandbox_is_refused_with_the_fix():
+    """What each actor reported of its node at start (a node without bubblewrap cannot be made
+    here for real: these two slots stand for the actors' reports)."""
+    from scalerl.envs.ray_grading import RayGrader, Slot
+
+    fix = "sandbox backend 'bwrap' is not available: bwrap not found; fix: install bubblewrap"
+    g = RayGrader(None, None, None)
+    g._started = True
+    g.slots = [Slot(0, None, "node-a", "10.0.0.1", 1, 2, info={"backends": ["bwrap"],
+                                                                "problems": {"bwrap": None}}),
+               Slot(1, None, "node-b", "10.0.0.2", 1, 2, info={"backends": [],
+                                                                "problems": {"bwrap": fix}})]
+    assert g.sandbox_problem("bwrap") == f"grading node 10.0.0.2 (Ray) cannot run code: {fix}"
+    g.slots[1].info["problems"]["bwrap"] = None
+    assert g.sandbox_problem("bwrap") is None
+
+
 # --- on the session's 2-node cluster -------------------------------------------------------------
 def _rows() -> list[dict]:
     """Code rows (right, wrong, timeout, crash, no code) and math rows (equal forms, wrong, no
@@ -226,6 +243,18 @@ def test_a_tool_session_stays_on_its_actor_and_is_closed_there(ray_cluster):
         a.run("x")
     sessions.close()
     assert grader.control(b.slot, "live_sessions") == 0
+
+
+@pytest.mark.slow
+@pytest.mark.bwrap
+def test_doctor_reports_the_cluster_nodes(ray_cluster):
+    from scalerl.doctor import cluster
+
+    checks = cluster(on_ray(ray_cluster))
+    assert checks[0].name == "grading cluster" and checks[0].status == "ok"
+    assert "2 nodes, 2 cores, 2 grading actors" in checks[0].detail
+    nodes = checks[1:]
+    assert len(nodes) == 2 and all(c.status == "ok" and "bwrap" in c.detail for c in nodes)
 
 
 SLEEPY = ("```python\nimport time\ntime.sleep(2)\na, b = map(int, input().split())\n"
