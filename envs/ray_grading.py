@@ -176,6 +176,7 @@ class RayGrader(Dispatch):
         self.max_in_flight = max_in_flight
         self._start_lock = threading.Lock()
         self._started = False
+        self._failed = ""
 
     @property
     def started(self) -> bool:
@@ -187,10 +188,14 @@ class RayGrader(Dispatch):
         with self._start_lock:
             if self._started:
                 return self
-            if self.closed:
-                raise GradingLost("the Ray grader is closed")
-            _CONNECTION.open(self.address)
-            self.slots = self._place()
+            if self.closed or self._failed:
+                raise GradingLost(self._failed or "the Ray grader is closed")
+            try:
+                _CONNECTION.open(self.address)
+                self.slots = self._place()
+            except RuntimeError as exc:  # said once; every later request fails at once
+                self._failed = str(exc)
+                raise
             self._started = True
             threading.Thread(target=self._probe, name="ray-grading-probe", daemon=True).start()
         return self
