@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -49,6 +50,8 @@ containers take seconds each) before they are killed anyway."""
 READY_TIMEOUT_S = 120.0
 """How long the actors may take to start (an actor Ray cannot place is dropped after it)."""
 PING_TIMEOUT_S = 5.0
+CONNECT_S = 10.0
+"""How long the cluster's address may take to accept a TCP connection at start-up."""
 DROP_AFTER_S = 60.0
 """A suspect actor that has not answered a ping for this long is dropped."""
 LOCAL_OBJECT_STORE_BYTES = 256 << 20
@@ -63,6 +66,20 @@ def _ray() -> Any:
     except ImportError:
         raise RuntimeError(f"verifiers.cluster is 'ray' but {RAY_MISSING}") from None
     return ray
+
+
+def _check_reachable(address: str) -> None:
+    """RuntimeError (one line) when `HOST:PORT` (or `ray://HOST:PORT`) does not accept a TCP
+    connection within CONNECT_S: Ray itself retries an unreachable cluster for minutes."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # `auto`, or a form Ray resolves itself
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_S).close()
+    except OSError as exc:
+        raise RuntimeError(f"verifiers.ray_address {address!r}: nothing answers there "
+                           f"({exc.strerror or exc}); start the cluster (ray start --head) or "
+                           "fix the address") from None
 
 
 class _Connection:
@@ -88,6 +105,7 @@ class _Connection:
                      object_store_memory=LOCAL_OBJECT_STORE_BYTES, _temp_dir=self.temp_dir,
                      **quiet)
         else:
+            _check_reachable(address)
             try:
                 ray.init(address=address, **quiet)
             except Exception as exc:  # noqa: BLE001 - one line naming the address

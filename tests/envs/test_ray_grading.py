@@ -132,6 +132,18 @@ def test_requests_go_to_the_least_loaded_actor_and_wait_at_its_cap():
         g.take()
 
 
+def test_an_unreachable_cluster_stops_a_code_run_at_its_preflight():
+    grading = Grading(verifiers=VerifierConfig(cluster="ray", ray_address="127.0.0.1:1"))
+    try:
+        problem = get_task("synth_code").preflight(grading)
+        assert problem.startswith("verifiers.ray_address '127.0.0.1:1': nothing answers there")
+        verdict = get_kind("code").score(Sample(id="s", task="<code>", prompt="", tests=ADD),
+                                         SUM, {}, grading)
+        assert verdict.status == "error" and "nothing answers there" in verdict.detail
+    finally:
+        close_clusters()
+
+
 def test_a_node_that_cannot_run_the_sandbox_is_refused_with_the_fix():
     """What each actor reported of its node at start (a node without bubblewrap cannot be made
     here for real: these two slots stand for the actors' reports)."""
