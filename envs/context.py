@@ -5,7 +5,8 @@ builds it at its first multi-turn rollout; `scalerl score` and the tiny tool che
 the tool-call convention chosen for the run's tokenizer (`tool_format` setting: auto | chat |
 plain, envs/tool_format.py), the grading settings, and a lazy pool of sandboxed Python sessions
 in the grading's sandbox (sandbox/session.py `LazySessions`: none starts until the first `python`
-tool call). Closing the context's sessions is its builder's job.
+tool call; with `verifiers.cluster: ray`, envs/ray_remote.py `RemoteSessions`: each rollout's
+session on one grading actor). Closing the context's sessions is its builder's job.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from scalerl.envs.environment import EnvContext
-from scalerl.envs.grading import DEFAULT_GRADING, Grading
+from scalerl.envs.grading import DEFAULT_GRADING, Grading, cluster_grader
 from scalerl.envs.tool_format import choose_tool_format
 from scalerl.envs.tool_format import tool_format as named_format
 
@@ -32,6 +33,8 @@ def run_context(tool_format: str, tokenizer: Any, grading: Grading = DEFAULT_GRA
         fmt = named_format(tool_format)
     else:
         fmt = choose_tool_format(tool_format, tokenizer)
-    return EnvContext(tool_format=fmt, grading=grading,
-                      sessions=sessions if sessions is not None
-                      else LazySessions(grading.sandbox))
+    if sessions is None:
+        remote = cluster_grader(grading)
+        sessions = (remote.sessions(grading.sandbox) if remote is not None
+                    else LazySessions(grading.sandbox))
+    return EnvContext(tool_format=fmt, grading=grading, sessions=sessions)

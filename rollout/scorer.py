@@ -22,16 +22,26 @@ from scalerl.envs.base import Sample, Score, truncate
 from scalerl.envs.grading import DEFAULT_GRADING, Grading
 from scalerl.envs.task import Task
 
+LOCAL_THREADS = 4
+"""Verdicts at once when grading runs on this machine."""
+CLUSTER_THREADS = 256
+"""Threads (made only as needed) with `verifiers.cluster: ray`: each waits on one request, and the
+grader bounds how many each actor runs (`verifiers.max_in_flight`), so enough to keep every
+actor of a large cluster busy."""
+
 
 class Scorer:
     """Scores completions of the run's tasks on a thread pool; records latency per task."""
 
     def __init__(self, tasks: Mapping[str, Task] | Iterable[Task],
-                 grading: Grading = DEFAULT_GRADING, max_workers: int = 4) -> None:
+                 grading: Grading = DEFAULT_GRADING, max_workers: int | None = None) -> None:
         items = tasks.values() if isinstance(tasks, Mapping) else tasks
         self.tasks: dict[str, Task] = {t.name: t for t in items}
         """The run's tasks by name (what prompts are rendered with and scored by)."""
         self.grading = grading
+        if max_workers is None:
+            local = grading.verifiers.cluster == "local"
+            max_workers = LOCAL_THREADS if local else CLUSTER_THREADS
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="scorer")
         self._lock = threading.Lock()
         self._latency: dict[str, list[float]] = defaultdict(list)

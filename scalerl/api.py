@@ -135,19 +135,20 @@ def score(rows: Iterable[Mapping[str, Any]], *, workers: int = 4, skip_bad: bool
     A row is `{"id", "kind", "completion", <gold: "answer" | "tests">}`, `{"id", "task",
     "sample_id", "completion"}`, or with `"turns": [assistant text, ...]` instead of the
     completion for a task with an environment (docs/commands/score.md). Rows are read as their
-    JSON form. `options`: `spec`, `data`, `revision` (the task flags). A malformed row raises
-    CommandError (`scalerl score: line N: ...`), or with `skip_bad` is reported on stderr and
-    left out."""
+    JSON form. `options`: `spec`, `data`, `revision` (the task flags); `sandbox`,
+    `math_workers`, `cluster`, `ray_address` (the grading flags: `cluster="ray"` grades on a Ray
+    cluster's actors). A malformed row raises CommandError (`scalerl score: line N: ...`), or with
+    `skip_bad` is reported on stderr and left out."""
     from scalerl.commands import score as command
 
     args = command_args("score", dict(workers=workers, skip_bad=skip_bad,
                                       tool_format=tool_format, **options),
                         excluded=("input", "out"))
-    sources = command.check(args)
+    sources, graded = command.check(args)
     verdicts: list[Verdict] = []
     _, _, fatal = command.score_rows(
         _json_lines(rows), verdicts.append, sys.stderr, workers=args.workers,
-        skip_bad=args.skip_bad, sources=sources, tool_format=args.tool_format)
+        skip_bad=args.skip_bad, sources=sources, tool_format=args.tool_format, grading=graded)
     if fatal:
         raise CommandError(f"scalerl score: {fatal}")
     return verdicts

@@ -3,8 +3,9 @@
 Each check is a function in `CHECKS` returning `Check`s (name, ok | warn | fail, detail, fix):
 cores and memory, GPUs, the sandbox backends and their cgroup limits, docker and its image, the
 Python engine stack (torch, vLLM), the Hugging Face cache and offline mode, the tiny model, the
-experiment trackers (installed, usable), and a real vLLM engine start on the tiny model (skipped
-with `quick`). `fail` means the embedded default
+experiment trackers (installed, usable), with `verifiers.cluster: ray` the grading cluster's nodes
+(cores, actors, the sandbox backends each can run), and a real vLLM engine start on the tiny model
+(skipped with `quick`). `fail` means the embedded default
 (`scalerl train`) cannot run as it is; `warn` means something optional or slow. Nothing here
 installs or changes anything on the machine.
 """
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 MIN_FREE_GIB = 6.0
 """Memory the embedded default needs (it peaks at about 5 GiB over all its processes)."""
@@ -208,19 +210,54 @@ def trackers() -> list[Check]:
     return out
 
 
+def cluster(grading: Any) -> list[Check]:
+    """With `verifiers.cluster: ray`: the cluster's nodes (cores, grading actors, the sandbox
+    backends each can run), a node that cannot run the run's sandbox a failure with its fix."""
+    from scalerl.envs.grading import cluster_grader
+
+    remote = cluster_grader(grading)
+    if remote is None:
+        return [Check("grading cluster", "ok", "local: code, math and tool sessions are graded "
+                      "on this machine")]
+    try:
+        nodes = remote.grader.nodes()
+    except Exception as exc:  # the reason is the result
+        return [Check("grading cluster", "fail", f"{type(exc).__name__}: "
+                      f"{' '.join(str(exc).split())[:200]}",
+                      "check verifiers.ray_address and that `ray status` lists the nodes")]
+    wanted = grading.sandbox.backend
+    out = [Check("grading cluster", "ok", f"Ray: {len(nodes)} nodes, "
+                 f"{sum(n['cores'] for n in nodes)} cores, "
+                 f"{sum(n['actors'] for n in nodes)} grading actors")]
+    for n in nodes:
+        problem = n["problems"].get(wanted)
+        detail = (f"{n['cores']} cores, {n['actors']} actors, sandboxes: "
+                  f"{', '.join(n['backends']) or 'none'}")
+        out.append(Check(f"node {n['node']}", "fail" if problem else "ok",
+                         f"{detail} ({n['node_id'][:8]})", problem or ""))
+    return out
+
+
 CHECKS: dict[str, Callable[[], list[Check]]] = {
     "machine": machine, "gpu": gpus, "sandbox": sandboxes, "engine stack": engine_stack,
     "hf": hf_cache, "tiny": tiny_model, "trackers": trackers}
 """Quick checks, in the order shown; the engine start runs after them unless `quick`."""
 
 
-def run_checks(*, quick: bool, log_path: Path) -> list[Check]:
+def run_checks(*, quick: bool, log_path: Path, grading: Any = None) -> list[Check]:
+    """Every check; `grading` (envs/grading.py `Grading`) with a Ray cluster: its nodes too."""
     checks: list[Check] = []
     for name, check in CHECKS.items():
         try:
             checks += check()
         except Exception as exc:  # one broken check must not hide the others
             checks.append(Check(name, "fail", f"the check raised {type(exc).__name__}: {exc}"))
+    if grading is not None and grading.verifiers.cluster != "local":
+        try:
+            checks += cluster(grading)
+        except Exception as exc:  # noqa: BLE001 - as above
+            checks.append(Check("grading cluster", "fail", f"the check raised "
+                                f"{type(exc).__name__}: {exc}"))
     if not quick:
         checks += engine_start(log_path)
     return checks

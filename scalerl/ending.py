@@ -1,9 +1,9 @@
 """How a scalerl process ends: its pools closed before its last line, and nothing printed after it.
 
 `close_pools` stops and joins the process-wide pools that otherwise wait for the interpreter's
-exit: the deadline pools' workers (the math verifier's, reasoning-gym's) and the shared sandbox
-backends (bwrap's warm workers, docker's containers). A command calls it before it prints its
-last line, so anything a closing pool has to say comes before that line.
+exit: the deadline pools' workers (the math verifier's, reasoning-gym's), the shared sandbox
+backends (bwrap's warm workers, docker's containers) and a Ray grader's actors. A command calls
+it before it prints its last line, so anything a closing pool has to say comes before that line.
 
 `become_subreaper` keeps every process the command starts in its tree, orphans included (the
 `scalerl` command sets it at start; a library caller's process is left alone).
@@ -52,8 +52,10 @@ def close_pools() -> None:
     """Stop every process-wide pool this process started (each may be used again later: the
     next call starts fresh workers)."""
     from scalerl.envs.deadline_pool import shutdown_all
+    from scalerl.envs.grading import close_clusters
     from scalerl.sandbox import close_all
 
+    close_clusters()  # a Ray grader's actors (their sandboxes) and the Ray it started
     shutdown_all()
     close_all()
 

@@ -46,8 +46,42 @@ def engine(tiny_model_path, engine_config):
     generator.close()
 
 
-SHARED = ("engine", "vllm_servers")
-"""The session fixtures that start vLLM: under pytest-xdist, one worker runs every test on them."""
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """ONE Ray cluster of two nodes on this machine (two raylets, 1 CPU and an 80 MB object
+    store each, no dashboard) for every Ray test; its temp dir (Ray's sessions, logs, spilled
+    objects) removed at the end. Tests grade on it with `verifiers.ray_address=cluster.address`;
+    the graders they made are closed before it stops."""
+    pytest.importorskip("ray")
+    import os
+    import shutil
+    import tempfile
+
+    from ray.cluster_utils import Cluster
+
+    from scalerl.envs.grading import close_clusters
+
+    temp = tempfile.mkdtemp(prefix="srl-ray-")  # short: Ray's socket paths are under it
+    old = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = temp
+    node = {"num_cpus": 1, "object_store_memory": 80 << 20}
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    cluster.add_node(**node)
+    try:
+        yield cluster
+    finally:
+        close_clusters()
+        cluster.shutdown()
+        if old is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = old
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+SHARED = ("engine", "vllm_servers", "ray_cluster")
+"""The session fixtures that start vLLM or Ray: under pytest-xdist, one worker runs every test
+on them."""
 
 
 def pytest_configure(config):

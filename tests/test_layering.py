@@ -192,3 +192,25 @@ def test_the_lookup_rule_would_see_a_lazy_lookup():
                      "    return get_task(name)\n")
     found = {n.module for n in _runtime_nodes(tree) if isinstance(n, ast.ImportFrom)}
     assert found & set(CATALOGUES) == {"scalerl.envs.catalog"}
+
+
+RAY_HOME = "scalerl.envs.ray_grading"
+"""The one module that may import Ray (an optional dependency: `pip install 'scalerl[ray]'`)."""
+
+
+def third_party_roots(module: str) -> set[str]:
+    """The top-level names of every non-scalerl module `module` imports, wherever written."""
+    tree = ast.parse(MODULES[module].read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found - {"scalerl"}
+
+
+def test_only_the_ray_grading_module_imports_ray():
+    assert "ray" in third_party_roots(RAY_HOME)
+    found = sorted(m for m in MODULES if m != RAY_HOME and "ray" in third_party_roots(m))
+    assert found == [], f"Ray imported outside {RAY_HOME}: {found}"

@@ -50,6 +50,7 @@ from scalerl.envs.code.public import public_tests
 from scalerl.envs.code.verifier import (
     SandboxFailure,
     TestRun,
+    code_runner,
     extract_code,
     run_tests,
 )
@@ -135,7 +136,7 @@ class TestsFeedback(Environment):
             raise SessionFailed(f"tests_feedback: sample {sample.id!r}: {e}") from e
         if code is None or public is None:
             return Reply(done=True)
-        run = self._run(sample, code, public, options, state["grading"].sandbox)
+        run = self._run(sample, code, public, options, state["grading"])
         failed = [r for r in run.results if not r.passed]
         state["public_runs"].append((len(run.results) - len(failed), len(run.results)))
         if not failed:
@@ -150,12 +151,13 @@ class TestsFeedback(Environment):
         return self.verifier_options if self.verifier_options is not None else state["options"]
 
     def _run(self, sample: Sample, code: str, public: Mapping[str, Any],
-             options: Mapping[str, Any], sandbox: Any) -> TestRun:
+             options: Mapping[str, Any], grading: Grading) -> TestRun:
         kwargs = {k: options[k] for k in RUN_OPTIONS if k in options}
         if isinstance(kwargs.get("limits"), Mapping):  # from a YAML/JSON task spec
             kwargs["limits"] = Limits(**kwargs["limits"])
         try:
-            return run_tests(code, public, sandbox=sandbox, **kwargs)
+            return run_tests(code, public, sandbox=grading.sandbox, runner=code_runner(grading),
+                             **kwargs)
         except (TestFormatError, SandboxFailure) as e:
             raise SessionFailed(f"tests_feedback: sample {sample.id!r}: public tests: "
                                 f"{truncate(str(e))}") from e

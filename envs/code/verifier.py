@@ -26,7 +26,7 @@ from scalerl.envs.base import Score, truncate
 from scalerl.envs.code.files import CODE_COLUMNS, read_code_tests
 from scalerl.envs.code.plan import Plan, TestFormatError, plan_tests
 from scalerl.envs.code.rules import Rule, get_rule
-from scalerl.envs.grading import DEFAULT_GRADING, Grading
+from scalerl.envs.grading import DEFAULT_GRADING, Grading, cluster_grader
 from scalerl.envs.kinds import Kind, register_kind
 from scalerl.sandbox.base import ExecResult, Limits
 from scalerl.sandbox.config import SandboxConfig
@@ -87,6 +87,14 @@ def _backend(sandbox: SandboxConfig) -> Any:
     from scalerl.sandbox import get_backend
 
     return get_backend(sandbox.backend, sandbox.workers)
+
+
+def code_runner(grading: Grading) -> Any:
+    """What runs the run's programs: its cluster's backend when `verifiers.cluster` is ray
+    (envs/ray_remote.py: the same backend on a grading actor), else None (this machine's shared
+    backend of `grading.sandbox`)."""
+    remote = cluster_grader(grading)
+    return remote.backend(grading.sandbox) if remote is not None else None
 
 
 def default_limits(n_tests: int, test_timeout_s: float, sandbox: SandboxConfig, *,
@@ -201,6 +209,7 @@ def score_code(
     test_timeout_s: float = DEFAULT_TEST_TIMEOUT_S,
     compare: str = "tokens",
     partial_credit: bool = False,
+    runner: Any = None,
 ) -> Score:
     """Verdict on one completion against its tests, from one sandbox run. Never raises.
 
@@ -211,7 +220,8 @@ def score_code(
     run's settings); `limits` overrides the whole run's limits (default: `default_limits`);
     `test_timeout_s` is each test's deadline; `compare` names the comparison rule (a test JSON's
     own `"compare"` wins); `partial_credit` grades the verdict by the fraction of tests passed
-    (`Score.reward`; no code: credit 0).
+    (`Score.reward`; no code: credit 0); `runner` runs the program instead of this machine's
+    backend (`code_runner`: a Ray cluster's).
     """
     start = time.monotonic()
     code = extract_code(completion, requires_thinking)
@@ -220,7 +230,8 @@ def score_code(
                      reward=0.0 if partial_credit else None)
     try:
         run = run_tests(code, tests, sandbox=sandbox, limits=limits, float_outputs=float_outputs,
-                        float_tol=float_tol, test_timeout_s=test_timeout_s, compare=compare)
+                        float_tol=float_tol, test_timeout_s=test_timeout_s, compare=compare,
+                        runner=runner)
     except TestFormatError as e:
         return Score("error", f"tests: {e}")
     except SandboxFailure as e:  # a broken sandbox is the verifier's failure: `error`, never wrong
@@ -249,10 +260,12 @@ class TestRun:
 def run_tests(code: str, tests: Mapping[str, Any], *,
               sandbox: SandboxConfig = DEFAULT_GRADING.sandbox, limits: Limits | None = None,
               float_outputs: bool = False, float_tol: float = 1e-6,
-              test_timeout_s: float = DEFAULT_TEST_TIMEOUT_S, compare: str = "tokens") -> TestRun:
+              test_timeout_s: float = DEFAULT_TEST_TIMEOUT_S, compare: str = "tokens",
+              runner: Any = None) -> TestRun:
     """Run `code` (already extracted) on every test of `tests` in one sandbox run, as
-    `score_code` does. Raises TestFormatError for malformed tests and SandboxFailure when the
-    sandbox itself fails."""
+    `score_code` does (`runner`: what runs it, None: this machine's backend of `sandbox`).
+    Raises TestFormatError for malformed tests and SandboxFailure when the sandbox itself
+    fails."""
     start = time.monotonic()
     plan, code = _plan(tests, code, float_outputs, float_tol, test_timeout_s, compare)
     nonce = secrets.token_hex(16)
@@ -265,7 +278,7 @@ def run_tests(code: str, tests: Mapping[str, Any], *,
         data_bytes=2 * plan.largest_input, expected_bytes=plan.expected_bytes,
         budget_s=plan.budget_s)
     try:
-        res = _backend(sandbox).run(["python", "harness.py"], stdin=stdin, files=files,
+        res = (runner or _backend(sandbox)).run(["python", "harness.py"], stdin=stdin, files=files,
                                     limits=run_limits)
     except Exception as e:
         raise SandboxFailure(f"sandbox: {type(e).__name__}: {e}") from e
@@ -312,7 +325,8 @@ def _score_sample(sample: Any, completion: str, options: Mapping[str, Any],
         return Score("error", f"sample {sample.id!r} has no tests")
     if isinstance(options.get("limits"), Mapping):  # from a YAML/JSON task spec
         options = {**options, "limits": Limits(**options["limits"])}
-    return score_code(completion, sample.tests, **options, sandbox=grading.sandbox)
+    return score_code(completion, sample.tests, **options, sandbox=grading.sandbox,
+                      runner=code_runner(grading))
 
 
 def _preflight(options: Mapping[str, Any], grading: Grading = DEFAULT_GRADING) -> str | None:
@@ -325,6 +339,9 @@ def _preflight(options: Mapping[str, Any], grading: Grading = DEFAULT_GRADING) -
             get_rule(options["compare"])
         except ValueError as e:
             return f"code option compare: {e}"
+    remote = cluster_grader(grading)
+    if remote is not None:  # every node of the cluster must be able to run it
+        return remote.sandbox_problem(grading.sandbox.backend)
     return backend_problem(grading.sandbox.backend)
 
 

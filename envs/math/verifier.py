@@ -23,7 +23,7 @@ from typing import Any
 
 from scalerl.envs.base import Score, truncate
 from scalerl.envs.deadline_pool import Outcome, Pool, default_size
-from scalerl.envs.grading import DEFAULT_GRADING, Grading
+from scalerl.envs.grading import DEFAULT_GRADING, Grading, cluster_grader
 from scalerl.envs.kinds import Kind, register_kind
 from scalerl.envs.math.exact import (  # noqa: F401 (exact_value: part of this module's API)
     exact_equal,
@@ -327,9 +327,10 @@ MATH_OPTIONS: tuple[str, ...] = ("requires_thinking", "boxed_only", "timeout_s")
 def score_kind(sample: Any, completion: str, options: Mapping[str, Any],
                grading: Grading = DEFAULT_GRADING) -> Score:
     """The `math` kind's scorer: `score_math` with the task's options, in the pool of the run's
-    `verifiers.math_workers`. Never raises."""
-    return score_math(completion, sample.answer, **options,
-                      pool=shared_pool(grading.verifiers.math_workers))
+    `verifiers.math_workers` (on a Ray cluster: that pool on a grading actor). Never raises."""
+    workers, remote = grading.verifiers.math_workers, cluster_grader(grading)
+    pool = remote.math_pool(shared_pool, workers) if remote is not None else shared_pool(workers)
+    return score_math(completion, sample.answer, **options, pool=pool)
 
 
 register_kind(Kind(

@@ -12,7 +12,7 @@ import importlib
 HELP = "benchmarks of the hot paths (verify, sandbox, rollout, train, ...), each beside a baseline"
 
 BENCHES: tuple[str, ...] = ("verify", "sandbox", "code", "tools", "rollout", "train", "trainer",
-                           "fit", "weights", "startup", "pipeline", "control")
+                           "fit", "weights", "startup", "pipeline", "control", "grading")
 """Benchmark names: modules of scalerl/benches/."""
 
 

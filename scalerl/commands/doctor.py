@@ -1,8 +1,9 @@
 """`scalerl doctor`: one screen saying what works on this machine and what to do about the rest.
 
 Runs `scalerl.doctor`'s checks (cores and memory, GPUs, sandbox backends and cgroups, docker and
-its image, torch/transformers/vLLM, the Hugging Face cache and offline mode, the tiny model, a
-vLLM engine start on it unless `--quick`) and prints one line each, with the fix under any that
+its image, torch/transformers/vLLM, the Hugging Face cache and offline mode, the tiny model, with
+`--cluster ray` the grading cluster's nodes, a vLLM engine start on the tiny model unless
+`--quick`) and prints one line each, with the fix under any that
 is not ok. Exit 0 when nothing failed (warnings allowed), 1 when something the embedded default
 needs does not work. Only glue: the checks live in scalerl/doctor.py.
 """
@@ -27,14 +28,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="skip the vLLM engine start (about 30-60 s on 2 cores)")
     parser.add_argument("--log", type=Path, default=None,
                         help="where the engine start's own output goes (default: a temp file)")
+    from scalerl.commands.engine_args import add_cluster_args
+
+    add_cluster_args(parser.add_argument_group("grading cluster (reported with --cluster ray)"))
 
 
 def run(args: argparse.Namespace) -> int:
+    from scalerl.commands.engine_args import grading
     from scalerl.doctor import run_checks
     from scalerl.ending import close_pools
 
+    try:
+        graded = grading(args)
+    except ValueError as exc:
+        print(f"scalerl doctor: {exc}")
+        return 2
     log = args.log or Path(tempfile.mkstemp(prefix="scalerl-doctor-", suffix=".log")[1])
-    checks = run_checks(quick=args.quick, log_path=log)
+    checks = run_checks(quick=args.quick, log_path=log, grading=graded)
     ok = all(c.status != "fail" for c in checks)
     close_pools()
     print_report(checks, ok, as_json=args.json)

@@ -15,8 +15,9 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
-from scalerl.envs.grading import Grading, VerifierConfig
+from scalerl.envs.grading import Grading
 from scalerl.rollout.budget import parse_thinking
 from scalerl.rollout.engine_config import EngineConfig
 from scalerl.rollout.types import Budget
@@ -96,16 +97,34 @@ def add_grading_args(parser: argparse.ArgumentParser) -> None:
                    "bwrap, else docker)")
     g.add_argument("--math-workers", type=int, help="math-verify processes (default min(4, "
                    "cores))")
+    add_cluster_args(g)
+
+
+def add_cluster_args(group: Any) -> None:
+    """`--cluster local|ray` and `--ray-address`: where grading runs (verifiers.cluster)."""
+    group.add_argument("--cluster", choices=("local", "ray"),
+                       help="grade here (local) or on a Ray cluster's grading actors (ray; "
+                       "pip install 'scalerl[ray]'); default: the run's verifiers.cluster, "
+                       "else local")
+    group.add_argument("--ray-address", metavar="ADDR",
+                       help="with --cluster ray: the cluster (auto, HOST:PORT, "
+                       "ray://HOST:10001); default: start a Ray on this machine")
 
 
 def grading(args: argparse.Namespace, base: Grading | None = None) -> Grading:
-    """The grading settings: `base` (a run's, else the defaults) with the flags given."""
+    """The grading settings: `base` (a run's, else the defaults) with the flags given;
+    ValueError (one line) on a bad value."""
     base = base or Grading()
     sandbox, verifiers = base.sandbox, base.verifiers
     if getattr(args, "sandbox", None) is not None:
         sandbox = dataclasses.replace(sandbox, backend=args.sandbox)
-    if getattr(args, "math_workers", None) is not None:
-        verifiers = VerifierConfig(math_workers=args.math_workers)
+    changes = {key: getattr(args, key, None) for key in ("math_workers", "cluster")}
+    if getattr(args, "ray_address", None) is not None:
+        changes["ray_address"] = args.ray_address
+        changes["cluster"] = changes["cluster"] or "ray"
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if changes:
+        verifiers = dataclasses.replace(verifiers, **changes)
     return Grading(sandbox=sandbox, verifiers=verifiers)
 
 

@@ -29,9 +29,10 @@ from types import MappingProxyType
 from typing import IO, TYPE_CHECKING, Any
 
 from scalerl.commands import CommandError
+from scalerl.commands.engine_args import add_grading_args, grading
 from scalerl.envs.base import STATUSES, Sample, Score, dumps, truncate
 from scalerl.envs.catalog import get_kind, task_names
-from scalerl.envs.grading import DEFAULT_GRADING
+from scalerl.envs.grading import DEFAULT_GRADING, Grading
 from scalerl.envs.registry import UnknownTaskError
 from scalerl.local_data import Sources, add_task_args, sources_from_args
 from scalerl.trainer.rewards import RewardMap
@@ -95,6 +96,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="how the tool calls in \"turns\" rows are written (default plain: "
                         "a ```python block answered by ```output; chat: <tool_call> JSON)")
     add_task_args(parser)
+    add_grading_args(parser)
 
 
 # --- rows -> jobs -------------------------------------------------------------------------------
@@ -102,7 +104,9 @@ class Resolver:
     """Turns rows into Jobs; caches each task's sample index (id -> Sample). `sources`: local
     copies and hub revisions by task (or family) name, as `--data`/`--revision` give them."""
 
-    def __init__(self, sources: Sources | None = None, tool_format: str = "plain") -> None:
+    def __init__(self, sources: Sources | None = None, tool_format: str = "plain",
+                 grading: Grading = DEFAULT_GRADING) -> None:
+        self.grading = grading
         self._index: dict[str, dict[str, Sample]] = {}
         self._sources = sources or Sources()
         self._tool_format = tool_format
@@ -110,11 +114,11 @@ class Resolver:
 
     def context(self) -> Any:
         """The environments' context for replayed rows, made at the first one: tool sessions
-        in this machine's sandbox (a pool started at the first tool call)."""
+        in the grading's sandbox (a pool started at the first tool call)."""
         if self._context is None:
             from scalerl.envs.context import run_context
 
-            self._context = run_context(self._tool_format, None, DEFAULT_GRADING)
+            self._context = run_context(self._tool_format, None, self.grading)
         return self._context
 
     def close(self) -> None:
@@ -142,7 +146,7 @@ class Resolver:
         if "task" in row:
             return self._task_job(row, line)
         if "kind" in row:
-            return _kind_job(row, line)
+            return _kind_job(row, line, self.grading)
         raise BadRow('a row needs "kind" (with its gold field) or "task" and "sample_id"')
 
     def _task_job(self, row: Mapping[str, Any], line: int) -> Job:
@@ -165,7 +169,7 @@ class Resolver:
         if "turns" in row:
             return self._replay_job(row, line, task, sample)
         completion = row["completion"]
-        return Job(line, row["id"], lambda: task.score(sample, completion, DEFAULT_GRADING))
+        return Job(line, row["id"], lambda: task.score(sample, completion, self.grading))
 
     def _replay_job(self, row: Mapping[str, Any], line: int, task: Any, sample: Sample) -> Job:
         from scalerl.envs.replay import replay
@@ -176,12 +180,12 @@ class Resolver:
         turns, context = list(row["turns"]), self.context()
 
         def score() -> tuple[Score, Replayed]:
-            return replay(task, sample, turns, context, DEFAULT_GRADING)
+            return replay(task, sample, turns, context, self.grading)
 
         return Job(line, row["id"], score)
 
 
-def _kind_job(row: Mapping[str, Any], line: int) -> Job:
+def _kind_job(row: Mapping[str, Any], line: int, grading: Grading = DEFAULT_GRADING) -> Job:
     try:
         kind = get_kind(str(row["kind"]))
     except UnknownTaskError as exc:
@@ -198,7 +202,7 @@ def _kind_job(row: Mapping[str, Any], line: int) -> Job:
         raise BadRow('"options" must be an object')
     sample = Sample(id=str(row["id"]), task=f"<{kind.name}>", prompt="", **{kind.gold_field: gold})
     completion = row["completion"]
-    return Job(line, row["id"], lambda: kind.score(sample, completion, options, DEFAULT_GRADING))
+    return Job(line, row["id"], lambda: kind.score(sample, completion, options, grading))
 
 
 def run_job(job: Job) -> Verdict:
@@ -253,18 +257,21 @@ def _write_to(out: IO[str]) -> Callable[[Verdict], None]:
 def score_lines(
     lines: Iterable[str], out: IO[str], err: IO[str], *, workers: int, skip_bad: bool,
     sources: Sources | None = None, tool_format: str = "plain",
+    grading: Grading = DEFAULT_GRADING,
 ) -> tuple[collections.Counter, int, str | None]:
     """(counts by status, rows skipped, the fatal `line N: ...` message or None); each output
     row written to `out` and flushed as soon as it and every earlier row are done."""
     return score_rows(lines, _write_to(out), err, workers=workers, skip_bad=skip_bad,
-                      sources=sources, tool_format=tool_format)
+                      sources=sources, tool_format=tool_format, grading=grading)
 
 
 def score_rows(
     lines: Iterable[str], emit: Callable[[Verdict], None], err: IO[str], *, workers: int,
     skip_bad: bool, sources: Sources | None = None, tool_format: str = "plain",
+    grading: Grading = DEFAULT_GRADING,
 ) -> tuple[collections.Counter, int, str | None]:
-    """`score_lines` with each Verdict handed to `emit` (in input order) instead of written."""
+    """`score_lines` with each Verdict handed to `emit` (in input order) instead of written;
+    `grading`: where and how rows are graded (this machine's defaults, or a Ray cluster)."""
     counts: collections.Counter = collections.Counter()
     futures: queue.Queue[Future | None] = queue.Queue(maxsize=4 * workers)  # backpressure
     failed: list[str] = []
@@ -273,7 +280,7 @@ def score_rows(
         target=_emitter, args=(futures, emit, counts, failed, stop), daemon=True
     )
     emitter.start()
-    resolver, skipped, fatal = Resolver(sources, tool_format), 0, None
+    resolver, skipped, fatal = Resolver(sources, tool_format, grading), 0, None
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="score")
     try:
         for n, text in enumerate(lines, start=1):
@@ -308,21 +315,21 @@ def summary(counts: Mapping[str, int], skipped: int, seconds: float) -> str:
     return text + by_status + (f"; skipped {skipped} malformed rows" if skipped else "")
 
 
-def check(args: argparse.Namespace) -> Sources:
-    """The settings checked, plugins and `--spec`s loaded, the task sources; CommandError
-    (exit 2) with the line `scalerl score` prints."""
+def check(args: argparse.Namespace) -> tuple[Sources, Grading]:
+    """The settings checked, plugins and `--spec`s loaded: the task sources and the grading;
+    CommandError (exit 2) with the line `scalerl score` prints."""
     if args.workers < 1:
         raise CommandError(f"scalerl score: --workers must be >= 1, got {args.workers}")
     try:
         task_names()  # built-ins and plugins load here, so a broken plugin is one line
-        return sources_from_args(args)
+        return sources_from_args(args), grading(args)
     except (OSError, ValueError, RuntimeError) as exc:
         raise CommandError(f"scalerl score: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        sources = check(args)
+        sources, graded = check(args)
         src = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")  # noqa: SIM115
         out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")  # noqa: SIM115
     except CommandError as exc:
@@ -335,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         counts, skipped, fatal = score_lines(
             src, out, sys.stderr, workers=args.workers, skip_bad=args.skip_bad, sources=sources,
-            tool_format=args.tool_format)
+            tool_format=args.tool_format, grading=graded)
     finally:
         for f in (src, out):
             if f not in (sys.stdin, sys.stdout):
