@@ -89,7 +89,7 @@ class PipelineSource:
             return {}
         stats = self.publisher.publish(weights(), version)
         self.sync_s += stats.send_s
-        self._sync = {"rollout/sync_s": stats.send_s}
+        self._sync = {"rollout/sync_s": stats.send_s, "rollout/sync_bytes": float(stats.num_bytes)}
         return dict(self._sync)
 
     def wants_weights(self) -> bool:

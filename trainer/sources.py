@@ -147,11 +147,11 @@ class PPOOffPolicy:
             return {}
         version, weights = self._weights
         t = time.perf_counter()
-        self.publisher.publish(weights(), version)
+        stats = self.publisher.publish(weights(), version)
         self._weights = (version, _published)  # drop the gathered tensors (GPU memory for NCCL)
         took = time.perf_counter() - t
         self.sync_s += took
-        return {"rollout/sync_s": took}
+        return {"rollout/sync_s": took, "rollout/sync_bytes": float(stats.num_bytes)}
 
     def _generate_round(self) -> dict[str, float]:
         s = self.s
