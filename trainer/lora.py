@@ -166,3 +166,28 @@ def full_weight_bytes(model: nn.Module, dtype: torch.dtype | None = None) -> int
             param.element_size())
         total += param.numel() * size
     return total
+
+
+def adapter_base(adapter: str | Path) -> str:
+    """The base model an adapter directory names (its adapter_config.json)."""
+    import json
+
+    config = Path(adapter) / "adapter_config.json"
+    if not config.is_file():
+        raise FileNotFoundError(f"{config}: not an adapter (no adapter_config.json)")
+    return json.loads(config.read_text())["base_model_name_or_path"]
+
+
+def merged_model(adapter: str | Path, base: str | None = None) -> nn.Module:
+    """The base model (`base`, else the one the adapter names) with the adapter merged into its
+    weights (PEFT `merge_and_unload`): a plain Hugging Face model in the base's own dtype. The
+    merge is computed in fp32 (W + alpha/r B A), then cast."""
+    from peft import PeftModel
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    base = base or adapter_base(adapter)
+    dtype = getattr(AutoConfig.from_pretrained(base), "dtype", None) or torch.float32
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    return merged.to(dtype)

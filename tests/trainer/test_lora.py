@@ -139,3 +139,19 @@ def test_a_lora_checkpoint_holds_the_adapter_alone(tmp_path):
     load_adapter(fresh, path / "adapter")
     assert all(torch.equal(a, b) for (_, a), (_, b) in zip(adapter_weights(fresh),
                                                            adapter_weights(model), strict=True))
+
+
+def test_a_frozen_head_gets_no_weight_gradient_and_the_same_hidden_gradient():
+    from scalerl.trainer.head import head_token_stats
+
+    torch.manual_seed(0)
+    h0, targets = torch.randn(6, 16), torch.randint(0, 40, (6,))
+    weight = torch.randn(40, 16)
+    grads = []
+    for trains in (True, False):
+        h, w = h0.clone().requires_grad_(), weight.clone().requires_grad_(trains)
+        logprobs, _ = head_token_stats(h, w, None, targets, chunk=4)
+        logprobs.sum().backward()
+        grads.append(h.grad)
+        assert (w.grad is not None) == trains
+    torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0)
