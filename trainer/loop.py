@@ -486,9 +486,8 @@ def log_step(run: Run, groups: list[Group], report: GroupReport, gen: dict[str, 
                            lr=run.scheduler.get_last_lr()[0])
     gen_tokens = sum(len(r.token_ids) for g in groups for r in g)
     metrics |= run.clock.tick(gen_tokens, int(stats.get("train_tokens", 0)))
-    if "rollout/sync_bytes" in metrics:  # beside what a full-weight publish would have moved
-        metrics["rollout/sync_full_bytes"] = float(full_weight_bytes(
-            unwrap(run), getattr(getattr(run.source, "publisher", None), "dtype", None)))
+    if "rollout/sync_bytes" in metrics:  # beside what a full-weight publish would move
+        metrics["rollout/sync_full_bytes"] = float(full_bytes(run))
     run.writer.log(run.step, metrics)
     log_samples(run, groups, report)
     trunc = metrics.get("rollout/truncated_frac", 0.0)
@@ -497,6 +496,15 @@ def log_step(run: Run, groups: list[Group], report: GroupReport, gen: dict[str, 
                          f"(> {run.cfg.log.truncation_warn:.0%}; the paper saw 10-15% destabilise "
                          "runs)")
     warn_too_long(run, metrics)
+
+
+def full_bytes(run: Run) -> int:
+    """Bytes a full-weight publish of the run's model moves: the LoRA publisher's figure (the
+    base's files in the engine's dtype), else the model's weights in the publisher's dtype."""
+    publisher = getattr(run.source, "publisher", None)
+    full = getattr(publisher, "full_model_bytes", None)
+    return full if full is not None else full_weight_bytes(unwrap(run),
+                                                           getattr(publisher, "dtype", None))
 
 
 def log_samples(run: Run, groups: list[Group], report: GroupReport) -> None:
