@@ -38,3 +38,15 @@ def test_a_resume_reads_the_adapter_of_a_lora_checkpoint_only(tmp_path):
     assert lora_adapter(cfg, ckpt) == ckpt / "adapter"
     assert lora_adapter(cfg, None) is None
     assert lora_adapter(load_config("tiny-cpu"), ckpt) is None
+
+
+def test_the_tiny_cpu_lora_recipe_is_tiny_cpu_with_lora():
+    from dataclasses import replace
+
+    lora, full = load_config("tiny-cpu-lora"), load_config("tiny-cpu")
+    assert (lora.policy.lora.rank, lora.policy.lora.scale_alpha, lora.optim.lr) == (16, 32.0,
+                                                                                     1e-3)
+    assert lora.policy.lora.targets == full.policy.lora.targets
+    same = replace(lora, steps=full.steps, policy=full.policy,
+                   optim=replace(lora.optim, lr=full.optim.lr))
+    assert same == full
