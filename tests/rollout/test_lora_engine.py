@@ -144,8 +144,7 @@ def test_the_lora_publisher_moves_only_the_adapter(lora_engine, adapters, tiny_m
 
     from tiny_rollouts import checkpoint
 
-    from scalerl.trainer.publish import PublishError, make_publisher
-    from scalerl.trainer.publish_lora import LoraPublisher
+    from scalerl.trainer.publish import LoraPublisher, PublishError, make_publisher
 
     publisher = make_publisher("files", lora_engine, timeout_s=60)
     assert isinstance(publisher, LoraPublisher)
