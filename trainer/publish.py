@@ -186,10 +186,22 @@ class LoraPublisher(FilesPublisher):
 
     @property
     def full_model_bytes(self) -> int:
-        """The base model's checkpoint in the engine's dtype."""
-        from scalerl.rollout.weights import weights_bytes
+        """The base model's checkpoint in the engine's dtype (read once)."""
+        if not hasattr(self, "_full_bytes"):
+            from scalerl.rollout.weights import weights_bytes
 
-        return weights_bytes(self.generator.model_path, self.generator.config.dtype)
+            self._full_bytes = weights_bytes(self.generator.model_path,
+                                             self.generator.config.dtype)
+        return self._full_bytes
+
+
+def publish_metrics(stats: PublishStats, publisher: Any, seconds: float) -> dict[str, float]:
+    """A publish's metrics: `rollout/sync_s` (`seconds`), `rollout/sync_bytes` (what moved) and,
+    for a LoRA run, `rollout/sync_full_bytes` (what a full-weights publish would have moved)."""
+    out = {"rollout/sync_s": seconds, "rollout/sync_bytes": float(stats.num_bytes)}
+    if isinstance(publisher, LoraPublisher):
+        out["rollout/sync_full_bytes"] = float(publisher.full_model_bytes)
+    return out
 
 
 class NCCLPublisher:

@@ -116,7 +116,11 @@ def test_a_rejoining_server_loads_the_adapters_in_use_first(lora_gen, tiny_model
                                       body={"lora_name": adapter_name(version)},
                                       text=True), 30, "unload")
     assert loaded(lora_gen, server) == set()
-    lora_gen._loop.call_soon_threadsafe(lora_gen.pool.lose, server, "test: lost its adapters")
+    async def lose():  # on the generator's loop, as its own calls do
+        lora_gen.pool.lose(server, "test: lost its adapters")
+
+    lora_gen._call(lose(), 30, "taking the server out")
+    assert not server.up
     deadline = time.monotonic() + 60
     while not server.up and time.monotonic() < deadline:
         time.sleep(0.1)
