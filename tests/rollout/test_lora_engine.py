@@ -122,6 +122,11 @@ def test_a_request_in_flight_keeps_its_adapter_and_version(lora_engine, adapters
     assert kl <= KL_BOUND and worst <= 1e-3
     for r in results:  # a request is never switched: versions only grow between its phases
         assert list(r.versions) == sorted(r.versions)
+    # A rollout cut at its thinking budget continues in a new request under the new adapter,
+    # with its first phase's cache salt: vLLM keys its prefix cache by adapter name, so the
+    # continuation recomputes the prefix under the new adapter (the KL above checks it).
+    straddlers = [r for r in results if r.min_version == old and r.max_version == old + 1]
+    assert straddlers, [sorted(set(r.versions)) for r in results]
     assert set(lora_engine.adapters()) == {old + 1}
 
 
