@@ -16,14 +16,11 @@ reuse KV blocks computed under older weights; a rollout's continuation after a f
 interruption takes its first phase's salt, so it reuses the blocks of its prompt and first phase
 (freed but cached when that phase ended) as the same sequence would have, run on, in flight.
 
-A LoRA run (`EngineConfig.lora`) starts the engine with LoRA on and publishes with
-`update_adapter`: one adapter per version, loaded beside the others with `add_lora` (never
-`load_inplace`), and every request sent from then on names it; a request runs to its end under
-the adapter it was sent with, so each token's version is that adapter's, exactly, and an older
-adapter is removed once no request uses it (rollout/lora_adapters.py). No pause, no reload:
-generation runs on through the publish. A continuation after a forced interruption is a new
-request, under the adapter current when it is sent (vLLM's prefix cache is keyed by adapter, so
-it reuses no KV computed under another).
+A LoRA run (`EngineConfig.lora`) publishes with `update_adapter` instead (rollout/engine_lora.py):
+one adapter per version, loaded beside those in use; a request runs to its end under the adapter
+it was sent with, so its tokens carry that version exactly, and no pause is needed. A
+continuation after a forced interruption is a new request, under the adapter current when it is
+sent (vLLM's prefix cache is keyed by adapter: it reuses no KV computed under another).
 
 Once the engine is up, the process's garbage-collector heap is frozen (`gc.freeze`, as vLLM does in
 its engine-core process): a full collection over the torch/transformers/vLLM heap took 0.4 s
@@ -37,7 +34,6 @@ import concurrent.futures
 import contextvars
 import gc
 import itertools
-import logging
 import os
 import shutil
 import time
@@ -53,7 +49,7 @@ from scalerl.rollout.base_generator import (
     Sampled,
 )
 from scalerl.rollout.engine_config import EngineConfig
-from scalerl.rollout.lora import adapter_id, adapter_name
+from scalerl.rollout.engine_lora import EngineLora
 from scalerl.rollout.lora_adapters import Adapters
 from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.process_tree import child_pids, stop_tree
@@ -89,7 +85,7 @@ _ROLLOUT_SALT: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar
 own, so this is per rollout): its continuation reuses it."""
 
 
-class EngineGenerator(BaseGenerator):
+class EngineGenerator(EngineLora, BaseGenerator):
     """Scored rollouts from a vLLM engine started in this process (AsyncLLM)."""
 
     def __init__(self, model_path: str, *, config: EngineConfig | None = None,
@@ -174,10 +170,10 @@ class EngineGenerator(BaseGenerator):
         await self._gate.wait()  # never start a request in the middle of a weight update
         params = self._params(max_tokens, temperature, seed, top_p, stop)
         version, rid = self._version, f"r{next(self._ids)}"
-        lora = None
         if self._adapters is not None:  # the whole request runs under the adapter it starts with
-            version, _ = self._adapters.enter()
-            lora = self._lora_requests.get(version)
+            version, lora = self._lora_enter()
+        else:
+            lora = None
         self._live[rid] = [(0, version)]
         # The salt keeps a request started after an update off KV blocks computed under older
         # weights (an in-place reload keeps the prefix cache); a prompt's rollouts share it, and
@@ -198,8 +194,8 @@ class EngineGenerator(BaseGenerator):
             raise
         finally:
             marks = self._live.pop(rid)
-            if self._adapters is not None and (idle := self._adapters.leave(version)):
-                asyncio.ensure_future(self._retire(idle))
+            if self._adapters is not None:
+                self._lora_leave(version)
         return self._sampled(final, marks)
 
     def concurrency(self) -> int | None:
@@ -290,66 +286,6 @@ class EngineGenerator(BaseGenerator):
         self._forget(self._loaded_dir)
         self._loaded_dir = target
         return {"write_s": time.perf_counter() - t - sum(timings.values()), **timings}
-
-    def update_adapter(self, named_tensors: Iterable, version: int, *,
-                       timeout_s: float = 60.0) -> dict[str, float]:
-        """Publish a LoRA run's adapter as version `version` (PEFT-named tensors): written in
-        PEFT's layout, one folder per version, loaded beside the adapters in use (`add_lora`);
-        requests sent from now on sample under it, those in flight finish under theirs. No pause.
-        A failure (bad names, the load failing or passing `timeout_s`) raises WeightUpdateError
-        and leaves `version` unchanged. Returns timings (write_s, load_s)."""
-        if self._adapters is None:
-            raise WeightUpdateError(f"adapter update to version {version}: this engine was "
-                                    "started without engine.lora (a full-weights run); publish "
-                                    "with update_weights")
-        t = time.perf_counter()
-        path, tensors, size = self._adapters.stage(named_tensors, version)
-        write_s = time.perf_counter() - t
-        what = (f"adapter update to version {version} ({tensors} tensors, "
-                f"{size / 2**20:.2f} MiB)")
-        try:
-            load_s = self._call(self._add_adapter(version, path, timeout_s, what),
-                                timeout_s + 10, what)
-        except (TimeoutError, WeightUpdateError) as exc:
-            self._adapters.discard(path)
-            raise WeightUpdateError(str(exc)) from exc
-        return {"write_s": write_s, "load_s": load_s}
-
-    async def _add_adapter(self, version: int, path: Path, timeout_s: float, what: str) -> float:
-        from vllm.lora.request import LoRARequest
-
-        t = time.perf_counter()
-        request = LoRARequest(adapter_name(version), adapter_id(version), str(path))
-        if not await self._step(self._llm.add_lora(request), timeout_s, f"{what}: loading it"):
-            raise WeightUpdateError(f"{what}: vLLM did not load the adapter from {path}")
-        self._lora_requests[version] = request
-        self._version = version
-        idle = self._adapters.publish(version, path)
-        if idle:
-            asyncio.ensure_future(self._retire(idle))
-        return time.perf_counter() - t
-
-    async def _retire(self, versions: list[int]) -> None:
-        """Unload adapters no request uses any more (a failure is logged: vLLM's LRU cache of
-        `max_cpu_loras` adapters evicts it in time) and remove their folders."""
-        for version in versions:
-            self._lora_requests.pop(version, None)
-            try:
-                await asyncio.wait_for(self._llm.remove_lora(adapter_id(version)), 60)
-            except Exception as exc:  # noqa: BLE001 - logged, the cache evicts it in time
-                logging.getLogger(__name__).warning(
-                    "unloading LoRA adapter scalerl-v%d failed: %s", version, exc)
-            finally:
-                self._adapters.retired(version)
-
-    def adapters(self) -> dict[int, int]:
-        """A LoRA run's loaded adapter versions and the requests in flight under each."""
-        async def read():
-            if self._adapters is None:
-                return {}
-            return {v: self._adapters.in_use().get(v, 0)
-                    for v in sorted(self._adapters.loaded())}
-        return self._call(read(), 30, "reading the loaded adapters")
 
     def _checked(self, named_tensors: Iterable, what: str):
         """The tensors, each checked against the checkpoint's names and shapes as it passes."""

@@ -130,3 +130,32 @@ class Adapters:
     def in_use(self) -> dict[int, int]:
         """Requests in flight per version."""
         return dict(self._users)
+
+
+ADAPTER_DIR = "adapter"
+"""Where a LoRA run's checkpoint holds its adapter (`<checkpoint>/adapter/`, PEFT's layout)."""
+
+
+def checkpoint_adapter(checkpoint: str | Path) -> tuple[str, LoraServing, Path] | None:
+    """A LoRA checkpoint's (base model, serving shape, adapter folder): `<checkpoint>/adapter/`
+    with PEFT's `adapter_config.json` (its `base_model_name_or_path` names the base); None when
+    `checkpoint` holds no adapter. ValueError (one line) on an adapter config that cannot be
+    served (a missing field, a rank vLLM does not serve)."""
+    import json
+
+    folder = Path(checkpoint) / ADAPTER_DIR
+    path = folder / "adapter_config.json"
+    if not path.is_file():
+        return None
+    config = json.loads(path.read_text())
+    try:
+        base, rank, alpha = (config["base_model_name_or_path"], config["r"],
+                             config["lora_alpha"])
+        targets = config["target_modules"]
+    except KeyError as exc:
+        raise ValueError(f"{path}: no {exc.args[0]!r} (a PEFT LoRA adapter_config.json has "
+                         "base_model_name_or_path, r, lora_alpha, target_modules)") from None
+    if not (folder / "adapter_model.safetensors").is_file():
+        raise ValueError(f"{folder}: adapter_config.json without adapter_model.safetensors")
+    targets = (targets,) if isinstance(targets, str) else tuple(targets)
+    return base, LoraServing(rank=rank, alpha=float(alpha), targets=targets, max_loras=1), folder

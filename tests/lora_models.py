@@ -2,7 +2,8 @@
 nonzero B (so each changes the policy), and the trainer side's log-probs of a rollout under one.
 
 `peft_adapter(path, seed)` builds the tiny model wrapped by PEFT (rank 4, alpha 8, the default
-targets), its B matrices drawn at random (PEFT initialises them to zero: the base policy);
+targets), its A and B matrices drawn from `seed` (PEFT initialises B to zero: the base policy;
+the same seed gives the same adapter);
 `reference_logprobs` is what the trainer computes for a rollout's tokens under each token's
 labelled version (a full forward of prompt + completion, log_softmax(logits / T)).
 """
@@ -16,6 +17,9 @@ import torch
 from scalerl.rollout.lora import LoraServing
 
 SERVING = LoraServing(rank=4, alpha=8.0, max_loras=2)
+A_BOUND = 0.1
+"""A's entries are uniform in [-A_BOUND, A_BOUND] (about PEFT's own Kaiming-uniform bound for the
+tiny model's fan-in of 128: 1/sqrt(128) ~ 0.09)."""
 B_STD = 0.3
 """Standard deviation of the random B entries: large enough that an adapter moves the tiny
 model's log-probs by ~0.1 or more (checked against the base in the tests)."""
@@ -32,9 +36,11 @@ def peft_adapter(model_path: str, seed: int):
                                             target_modules=list(SERVING.targets),
                                             lora_dropout=0.0))
     gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
+    with torch.no_grad():  # A too: PEFT draws it from the global RNG (not reproducible here)
         for name, param in model.named_parameters():
-            if "lora_B" in name:
+            if "lora_A" in name:
+                param.copy_((torch.rand(param.shape, generator=gen) * 2 - 1) * A_BOUND)
+            elif "lora_B" in name:
                 param.copy_(torch.randn(param.shape, generator=gen) * B_STD)
     return model.eval()
 

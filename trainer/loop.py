@@ -486,8 +486,8 @@ def log_step(run: Run, groups: list[Group], report: GroupReport, gen: dict[str, 
                            lr=run.scheduler.get_last_lr()[0])
     gen_tokens = sum(len(r.token_ids) for g in groups for r in g)
     metrics |= run.clock.tick(gen_tokens, int(stats.get("train_tokens", 0)))
-    if "rollout/sync_bytes" in metrics:  # beside what a full-weight publish would move
-        metrics["rollout/sync_full_bytes"] = float(full_bytes(run))
+    if "rollout/sync_bytes" in metrics and "rollout/sync_full_bytes" not in metrics:
+        metrics["rollout/sync_full_bytes"] = float(full_bytes(run))  # a full run's: the same
     run.writer.log(run.step, metrics)
     log_samples(run, groups, report)
     trunc = metrics.get("rollout/truncated_frac", 0.0)

@@ -7,7 +7,7 @@ refuses to go on once the generator's state is unknown. A failed publish is a
 `GeneratorUnavailable` (the generator cannot take this policy), so a training run checkpoints
 and stops on it, like a run with no server left. `nccl` (GPUs): vLLM 0.32's weight-transfer
 engine broadcasts the tensors from the trainer to the engine's workers. A LoRA run
-(`EngineConfig.lora` set) publishes only its adapter (trainer/publish_lora.py), whatever the
+(`EngineConfig.lora` set) publishes only its adapter (`LoraPublisher`), whatever the
 transport. Every publish has a timeout that raises naming what was being sent. No training
 happens here.
 """
@@ -164,6 +164,44 @@ class FilesPublisher:
 
     def close(self) -> None:
         return None
+
+
+class LoraPublisher(FilesPublisher):
+    """A LoRA run's publisher: the PEFT-named adapter tensors go to the generator's
+    `update_adapter` (written once, one folder per version, loaded beside those in use:
+    rollout/lora_adapters.py), in fp32 as the trainer holds them (vLLM casts them as it loads).
+    `FilesPublisher`'s contract otherwise; `full_model_bytes` is what a full-weights publish of
+    the same model moves, the figure beside the adapter's bytes."""
+
+    transport, method, sends = "lora", "update_adapter", "adapter"
+
+    def __init__(self, generator: Any, *, timeout_s: float = 300.0):
+        super().__init__(generator, timeout_s=timeout_s)
+        self.dtype = None  # as the trainer holds it
+        self.bound_s = 2 * timeout_s + 60  # write + load (every server's at once), each bounded
+
+    def prepare(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A host copy of its own (never a view the trainer goes on updating)."""
+        return tensor.detach().to("cpu", copy=True).contiguous()
+
+    @property
+    def full_model_bytes(self) -> int:
+        """The base model's checkpoint in the engine's dtype (read once)."""
+        if not hasattr(self, "_full_bytes"):
+            from scalerl.rollout.weights import weights_bytes
+
+            self._full_bytes = weights_bytes(self.generator.model_path,
+                                             self.generator.config.dtype)
+        return self._full_bytes
+
+
+def publish_metrics(stats: PublishStats, publisher: Any, seconds: float) -> dict[str, float]:
+    """A publish's metrics: `rollout/sync_s` (`seconds`), `rollout/sync_bytes` (what moved) and,
+    for a LoRA run, `rollout/sync_full_bytes` (what a full-weights publish would have moved)."""
+    out = {"rollout/sync_s": seconds, "rollout/sync_bytes": float(stats.num_bytes)}
+    if isinstance(publisher, LoraPublisher):
+        out["rollout/sync_full_bytes"] = float(publisher.full_model_bytes)
+    return out
 
 
 class NCCLPublisher:
@@ -380,8 +418,6 @@ def make_publisher(transport: str, generator: Any, *, timeout_s: float = 300.0) 
     """The publisher for `engine.weight_transfer` (a LoRA run's generator, `config.lora` set:
     the adapter publisher); unknown names list the known ones."""
     if getattr(getattr(generator, "config", None), "lora", None) is not None:
-        from scalerl.trainer.publish_lora import LoraPublisher
-
         return LoraPublisher(generator, timeout_s=timeout_s)
     if transport == "files":
         return FilesPublisher(generator, timeout_s=timeout_s)

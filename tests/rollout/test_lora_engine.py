@@ -122,6 +122,11 @@ def test_a_request_in_flight_keeps_its_adapter_and_version(lora_engine, adapters
     assert kl <= KL_BOUND and worst <= 1e-3
     for r in results:  # a request is never switched: versions only grow between its phases
         assert list(r.versions) == sorted(r.versions)
+    # A rollout cut at its thinking budget continues in a new request under the new adapter,
+    # with its first phase's cache salt: vLLM keys its prefix cache by adapter name, so the
+    # continuation recomputes the prefix under the new adapter (the KL above checks it).
+    straddlers = [r for r in results if r.min_version == old and r.max_version == old + 1]
+    assert straddlers, [sorted(set(r.versions)) for r in results]
     assert set(lora_engine.adapters()) == {old + 1}
 
 
@@ -136,3 +141,37 @@ def test_bad_adapter_updates_raise_and_keep_the_version(lora_engine, tiny_model_
     with pytest.raises(WeightUpdateError, match="publish with update_adapter"):
         lora_engine.update_weights(checkpoint(tiny_model_path).items(), version + 1)
     assert lora_engine.version == version
+
+
+def test_the_lora_publisher_moves_only_the_adapter(lora_engine, adapters, tiny_model_path):
+    import json
+    from pathlib import Path
+
+    from tiny_rollouts import checkpoint
+
+    from scalerl.trainer.publish import LoraPublisher, PublishError, make_publisher
+
+    publisher = make_publisher("files", lora_engine, timeout_s=60)
+    assert isinstance(publisher, LoraPublisher)
+    version = lora_engine.version + 1
+    state = adapter_state(adapters[2])
+    stats = publisher.publish({n: publisher.prepare(t) for n, t in state.items()}, version)
+    config = json.loads((Path(tiny_model_path) / "config.json").read_text())
+    h, i, r = config["hidden_size"], config["intermediate_size"], SERVING.rank
+    q = config["num_attention_heads"] * config["head_dim"]
+    kv = config["num_key_value_heads"] * config["head_dim"]
+    # A is r x in, B is out x r: q, k, v (h -> q, kv, kv), o (q -> h), gate/up (h -> i), down
+    per_layer = r * ((h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h))
+    assert stats.num_tensors == 2 * 7 * config["num_hidden_layers"]
+    assert stats.num_bytes == 4 * per_layer * config["num_hidden_layers"]
+    full = 4 * sum(t.numel() for t in checkpoint(tiny_model_path).values())
+    assert publisher.full_model_bytes == full
+    print(f"\nLoRA publish of the tiny model: {stats.num_bytes} B in {stats.send_s * 1e3:.1f} ms "
+          f"({stats.num_tensors} tensors); the full weights are {full} B "
+          f"({full / stats.num_bytes:.0f}x)")
+    assert lora_engine.version == version
+    with pytest.raises(PublishError, match="not a PEFT LoRA tensor name"):
+        publisher.publish(checkpoint(tiny_model_path), version + 1)
+    assert lora_engine.version == version
+    with pytest.raises(ValueError, match="must exceed"):
+        publisher.publish(state, version)
