@@ -159,6 +159,13 @@ class BaseGenerator:
                        timeout_s: float = 60.0) -> dict[str, float]:
         raise NotImplementedError
 
+    def update_adapter(self, named_tensors: Iterable, version: int, *,
+                       timeout_s: float = 60.0) -> dict[str, float]:
+        """A LoRA run's publish (`EngineConfig.lora`): load adapter version `version` (PEFT-named
+        tensors) beside those in use; requests sent from then on sample under it, each request
+        under one adapter to its end (rollout/lora_adapters.py). Returns timings."""
+        raise NotImplementedError
+
     def pause(self, timeout_s: float = 60.0) -> None:
         raise NotImplementedError
 

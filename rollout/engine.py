@@ -16,6 +16,12 @@ reuse KV blocks computed under older weights; a rollout's continuation after a f
 interruption takes its first phase's salt, so it reuses the blocks of its prompt and first phase
 (freed but cached when that phase ended) as the same sequence would have, run on, in flight.
 
+A LoRA run (`EngineConfig.lora`) publishes with `update_adapter` instead (rollout/engine_lora.py):
+one adapter per version, loaded beside those in use; a request runs to its end under the adapter
+it was sent with, so its tokens carry that version exactly, and no pause is needed. A
+continuation after a forced interruption is a new request, under the adapter current when it is
+sent (vLLM's prefix cache is keyed by adapter: it reuses no KV computed under another).
+
 Once the engine is up, the process's garbage-collector heap is frozen (`gc.freeze`, as vLLM does in
 its engine-core process): a full collection over the torch/transformers/vLLM heap took 0.4 s
 here, one every second pass of `scalerl bench rollout`, stalling output handling meanwhile.
@@ -43,6 +49,8 @@ from scalerl.rollout.base_generator import (
     Sampled,
 )
 from scalerl.rollout.engine_config import EngineConfig
+from scalerl.rollout.engine_lora import EngineLora
+from scalerl.rollout.lora_adapters import Adapters
 from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.process_tree import child_pids, stop_tree
 from scalerl.rollout.scorer import Scorer
@@ -77,7 +85,7 @@ _ROLLOUT_SALT: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar
 own, so this is per rollout): its continuation reuses it."""
 
 
-class EngineGenerator(BaseGenerator):
+class EngineGenerator(EngineLora, BaseGenerator):
     """Scored rollouts from a vLLM engine started in this process (AsyncLLM)."""
 
     def __init__(self, model_path: str, *, config: EngineConfig | None = None,
@@ -98,6 +106,11 @@ class EngineGenerator(BaseGenerator):
                                           self.config.dtype, self)
         self._loaded_dir = model_dir(self.model_path)
         """The files of the weights now loaded (the model itself until the first update)."""
+        lora = self.config.lora
+        self._adapters = (Adapters(lora, self._weights_root, self.model_path)
+                          if lora is not None else None)
+        """A LoRA run's adapters (None: full weights are published)."""
+        self._lora_requests: dict[int, object] = {}
         self._llm = None
         self._started()
         freeze_heap()
@@ -157,6 +170,10 @@ class EngineGenerator(BaseGenerator):
         await self._gate.wait()  # never start a request in the middle of a weight update
         params = self._params(max_tokens, temperature, seed, top_p, stop)
         version, rid = self._version, f"r{next(self._ids)}"
+        if self._adapters is not None:  # the whole request runs under the adapter it starts with
+            version, lora = self._lora_enter()
+        else:
+            lora = None
         self._live[rid] = [(0, version)]
         # The salt keeps a request started after an update off KV blocks computed under older
         # weights (an in-place reload keeps the prefix cache); a prompt's rollouts share it, and
@@ -168,7 +185,8 @@ class EngineGenerator(BaseGenerator):
         request = {"prompt_token_ids": prompt, "cache_salt": salt}
         try:
             final = None
-            async for out in self._llm.generate(request, params, rid, priority=priority):
+            async for out in self._llm.generate(request, params, rid, priority=priority,
+                                                lora_request=lora):
                 final = out
         except Exception as exc:
             if self._dead():
@@ -176,6 +194,8 @@ class EngineGenerator(BaseGenerator):
             raise
         finally:
             marks = self._live.pop(rid)
+            if self._adapters is not None:
+                self._lora_leave(version)
         return self._sampled(final, marks)
 
     def concurrency(self) -> int | None:
@@ -246,6 +266,9 @@ class EngineGenerator(BaseGenerator):
         WeightUpdateError naming the update and leaves `version` unchanged. Returns timings.
         """
         what = f"weight update to version {version}"
+        if self._adapters is not None:
+            raise WeightUpdateError(f"{what}: this engine serves a LoRA run's adapters "
+                                    "(engine.lora); publish with update_adapter")
         target = self._weights_root / f"v{version:06d}"
         t = time.perf_counter()
         try:

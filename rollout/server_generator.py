@@ -22,6 +22,9 @@ again elsewhere and rejoins (with backoff) with the current weights; a request t
 issued again and its server, healthy, keeps its place (rollout/server_pool.py, which also caps the
 requests per server and orders them by `priority`). `nccl` drives vLLM's NCCL weight transfer over
 every server's HTTP routes (one group, a rank offset per server): written against vLLM 0.32.
+
+A LoRA run (`EngineConfig.lora`) publishes adapters instead, loaded on every server at run time;
+each request names its version's adapter (rollout/server_lora.py).
 """
 
 from __future__ import annotations
@@ -40,8 +43,10 @@ from urllib.parse import urlparse
 from scalerl.envs.environment import EnvContext
 from scalerl.rollout.base_generator import BaseGenerator, GeneratorUnavailable, Sampled
 from scalerl.rollout.engine_config import EngineConfig
+from scalerl.rollout.lora_adapters import Adapters
 from scalerl.rollout.model_files import model_dir
 from scalerl.rollout.scorer import Scorer
+from scalerl.rollout.server_lora import ServerLora
 from scalerl.rollout.server_pool import (
     RequestFailed,
     RequestRejected,
@@ -81,7 +86,7 @@ def span_versions(spans: list[dict] | None, n: int, url: str) -> list[int]:
     return versions
 
 
-class ServerGenerator(BaseGenerator):
+class ServerGenerator(ServerLora, BaseGenerator):
     """Scored rollouts from vLLM servers started with `scalerl serve` (or its command line)."""
 
     def __init__(self, model_path: str, *, config: EngineConfig, fp32_head: bool = True,
@@ -101,6 +106,9 @@ class ServerGenerator(BaseGenerator):
         """The model's files (a hub id's cached snapshot): the servers must read them too."""
         self._loaded_dir = self._model_dir
         self._checkpoint_shapes: dict[str, tuple[int, ...]] | None = None
+        self._adapters = (Adapters(config.lora, self._weights_root, self.model_path)
+                          if config.lora is not None else None)
+        """A LoRA run's adapters (None: full weights are published)."""
         self._user_paused = False
         self.reissued = 0
         """Requests issued again on another server after theirs failed."""
@@ -159,6 +167,8 @@ class ServerGenerator(BaseGenerator):
         if server.stale:
             await call(server, "POST", "/abort_requests", body={})
         await call(server, "POST", "/pause", params={"mode": "keep"})
+        if self._adapters is not None:  # the base weights stay; the adapters in use are loaded
+            return await self._join_lora(server, model["root"])
         label = (await call(server, "GET", "/weight_info"))["weight_version"]
         as_started = label == "default" and os.path.normpath(model["root"]) in (
             os.path.normpath(self.model_path), os.path.normpath(self._model_dir))
@@ -206,6 +216,7 @@ class ServerGenerator(BaseGenerator):
                        "detokenize": True}
 
         salts = _ROLLOUT_SALT.get()
+        entered: list[int] = []  # the adapter version of the attempt in flight (LoRA runs)
 
         async def body() -> dict:
             """Once a slot is free: salted with the version it is sent under, or (a rollout's
@@ -214,20 +225,28 @@ class ServerGenerator(BaseGenerator):
             salt = salts[0] if salts else f"{self._salt}-v{self._version}"
             if salts is not None and not salts:
                 salts.append(salt)
-            return {"token_ids": prompt, "sampling_params": params, "priority": priority,
-                    "cache_salt": salt}
+            request = {"token_ids": prompt, "sampling_params": params, "priority": priority,
+                       "cache_salt": salt}
+            if self._adapters is not None:  # the whole request runs under this adapter
+                version, name = self._adapters.enter()
+                entered.append(version)
+                if name is not None:
+                    request["model"] = name
+            return request
 
         failures = 0
         while True:
             server = await self._usable_server()
             try:
                 reply = await self.pool.generate(server, body, max_tokens, priority)
-                return self._parsed(reply, server)
+                return self._parsed(reply, server, entered[-1] if entered else None)
             except RequestFailed as exc:  # the server is healthy: only this request again
                 error = exc
             except ServerError as exc:
                 self.pool.lose(server, str(exc))
                 error = exc
+            finally:
+                self._left(entered)
             failures += 1
             self.reissued += 1
             if failures > 3 * len(self.pool.servers):
@@ -243,13 +262,16 @@ class ServerGenerator(BaseGenerator):
                 return server
 
     @staticmethod
-    def _parsed(reply: dict, server: Server) -> Sampled:
+    def _parsed(reply: dict, server: Server, adapter: int | None = None) -> Sampled:
+        """A reply's tokens, their log-probs and versions (`adapter`: the LoRA version the
+        request ran under, every token's; else the server's weight-version spans)."""
         choice = reply["choices"][0]
         if choice["finish_reason"] not in ("stop", "length"):
             raise ServerError(f"{server.url}: request ended with {choice['finish_reason']!r}")
         tokens = choice["token_ids"]
         logprobs = [entry["logprob"] for entry in choice["logprobs"]["content"]]
-        versions = span_versions(choice["weight_versions"], len(tokens), server.url)
+        versions = ([adapter] * len(tokens) if adapter is not None else
+                    span_versions(choice["weight_versions"], len(tokens), server.url))
         server.sampled += len(tokens)
         details = (reply.get("usage") or {}).get("prompt_tokens_details") or {}
         return Sampled(tokens, logprobs, versions, choice["finish_reason"] == "stop",
@@ -266,6 +288,9 @@ class ServerGenerator(BaseGenerator):
         Servers that are out take it when they rejoin. Returns the slowest server's timings.
         """
         what = f"weight update to version {version}"
+        if self._adapters is not None:
+            raise WeightUpdateError(f"{what}: these servers serve a LoRA run's adapters "
+                                    "(engine.lora); publish with update_adapter")
         target = self._weights_root / f"v{version:06d}"
         t = time.perf_counter()
         if self._checkpoint_shapes is None:

@@ -172,11 +172,13 @@ class ServerPool:
 
     async def call(self, server: Server, method: str, path: str, *, body: Any = None,
                    params: dict | None = None, timeout_s: float | None = None,
-                   session: Any = None, read_timeout_s: float | None = None) -> Any:
+                   session: Any = None, read_timeout_s: float | None = None,
+                   text: bool = False) -> Any:
         """One control call (a fresh connection; `session`: another); its JSON reply (None when
-        empty). ServerError on any failure of the server, RequestRejected on a 4xx reply.
-        `timeout_s` bounds the whole call; with `read_timeout_s` it bounds the connection only
-        and the reply may take up to `read_timeout_s` without a byte."""
+        empty; `text`: the reply as text, e.g. vLLM's LoRA routes answer in plain text).
+        ServerError on any failure of the server, RequestRejected on a 4xx reply. `timeout_s`
+        bounds the whole call; with `read_timeout_s` it bounds the connection only and the reply
+        may take up to `read_timeout_s` without a byte."""
         import aiohttp
 
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
@@ -188,14 +190,16 @@ class ServerPool:
             async with (session or self._control).request(
                     method, server.url + path, json=body, params=params,
                     timeout=timeout) as reply:
-                text = await reply.text()
+                answer = await reply.text()
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise ServerError(f"{where}: {describe(exc)}") from exc
         if reply.status >= 500:
-            raise ServerError(f"{where}: HTTP {reply.status}: {text[:300]}")
+            raise ServerError(f"{where}: HTTP {reply.status}: {answer[:300]}")
         if reply.status >= 400:
-            raise RequestRejected(f"{where}: HTTP {reply.status}: {text[:300]}")
-        return json.loads(text) if text else None
+            raise RequestRejected(f"{where}: HTTP {reply.status}: {answer[:300]}")
+        if text:
+            return answer
+        return json.loads(answer) if answer else None
 
     async def generate(self, server: Server, body: Callable[[], Awaitable[dict]], work: int,
                        priority: int = 0) -> dict:

@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, str] = {
     "serve": "start a vLLM server for generation on other processes or machines",
     "train": "train a policy with a ScaleRL recipe",
     "eval": "evaluate checkpoints on held-out sets (pass@k, mean@n)",
+    "export": "merge a LoRA run's adapter into its base model (a Hugging Face model)",
     "fit": "fit the sigmoid compute-performance curve",
     "bench": "benchmarks of the hot paths, each beside a baseline",
     "doctor": "check this machine: sandboxes, docker, vLLM engine, memory, GPUs, HF cache",

@@ -175,9 +175,12 @@ def room_for_engine(engine, placement: Placement) -> None:
     check_engine_room(gpu, free, total, engine.memory_fraction)
 
 
-def build_policy(policy, model_path: str, accelerator, *, packed: bool = False):
+def build_policy(policy, model_path: str, accelerator, *, packed: bool = False, seed: int = 0,
+                 adapter: Path | None = None):
     """The PolicyModule the loop trains (`policy`: the PolicyConfig): loaded, with gradient
-    checkpointing and the LM-head chunk size, sharded by FSDP2 when `policy.sharding: fsdp2`.
+    checkpointing and the LM-head chunk size, with LoRA adapters (drawn from `seed`, or read
+    from a checkpoint's `adapter` directory) on its frozen base when `policy.lora.rank` > 0,
+    sharded by FSDP2 when `policy.sharding: fsdp2`.
     `packed` (offpolicy.micro_batch_tokens): flash attention's varlen kernel on a GPU where
     flash-attn really imports (else torch's varlen_attn, or SDPA row by row on CPU:
     trainer/packing.py `packed_attention`)."""
@@ -192,6 +195,8 @@ def build_policy(policy, model_path: str, accelerator, *, packed: bool = False):
                         gradient_checkpointing=policy.gradient_checkpointing,
                         attention=packed_attention(accelerator.device) if packed else None,
                         meta=several and not accelerator.is_main_process)
+    if policy.lora.enabled:
+        model = lora_policy(model, policy.lora, seed, adapter, accelerator.is_main_process)
     module = PolicyModule(model, chunk_tokens=policy.logit_chunk_tokens,
                           head_operands=policy.head_operands)
     if several and not sharded and not accelerator.is_main_process:
@@ -206,6 +211,31 @@ def build_policy(policy, model_path: str, accelerator, *, packed: bool = False):
             fill_from_rank0(module, accelerator.device, full)
             del full
     return module
+
+
+def lora_policy(model, lora, seed: int, adapter: Path | None, main: bool):
+    """`model` with LoRA adapters (trainer/lora.py), its targets checked (ConfigError, one
+    line); rank 0 reads a resumed run's adapter (the other ranks receive it with the base)."""
+    from scalerl.trainer.lora import load_adapter, wrap_lora
+
+    try:
+        model = wrap_lora(model, lora, seed=seed)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if adapter is not None and main:
+        load_adapter(model, adapter)
+    return model
+
+
+def with_lora_engine(cfg: RunConfig) -> RunConfig:
+    """A LoRA run's engines (in-process, servers, validation servers) serve its adapters:
+    `engine.lora` from `policy.lora` (trainer/loop.py `lora_serving`); unchanged otherwise."""
+    from scalerl.trainer.loop import lora_serving
+
+    serving = lora_serving(cfg)
+    if serving is None:
+        return cfg
+    return dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, lora=serving))
 
 
 def trainer_head_dtype(policy, on_gpu: bool) -> str:
@@ -346,6 +376,7 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
     from scalerl.trainer.loop import TrainTask, train
     from scalerl.trainer.waiting import init_waiting, wait_for_rank0
 
+    cfg = with_lora_engine(cfg)
     placement = place_gpus(cfg)
     accelerator = build_accelerator(cfg.policy)
     check_launch(accelerator)
@@ -363,7 +394,8 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
         if placement is not None and placement.shared:  # before the policy is there
             cfg = share_gpu(cfg, placement, model_path, accelerator.num_processes)
     policy = build_policy(cfg.policy, model_path, accelerator,
-                          packed=cfg.offpolicy.micro_batch_tokens is not None)
+                          packed=cfg.offpolicy.micro_batch_tokens is not None, seed=cfg.seed,
+                          adapter=lora_adapter(cfg, ckpt))
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     objects = run_tasks(cfg)
     tasks = {t.name: TrainTask(objects[t.name], t.budget, t.weight) for t in cfg.tasks}
@@ -392,6 +424,19 @@ def run_training(cfg: RunConfig, run_dir: Path, model_path: str, ckpt: Path | No
         if generator is not None:
             generator.close()
     return run if accelerator.is_main_process else None
+
+
+def lora_adapter(cfg: RunConfig, ckpt: Path | None) -> Path | None:
+    """The adapter a resumed LoRA run starts from (its checkpoint's), else None."""
+    from scalerl.trainer.checkpoint import is_lora_checkpoint
+    from scalerl.trainer.lora import ADAPTER_DIR
+
+    if ckpt is None or not cfg.policy.lora.enabled:
+        return None
+    if not is_lora_checkpoint(ckpt):
+        raise ConfigError(f"{ckpt} holds no {ADAPTER_DIR}/ (a full fine-tuning checkpoint): "
+                          "resume it without policy.lora")
+    return Path(ckpt) / ADAPTER_DIR
 
 
 def start_rank0(cfg: RunConfig, policy, placement: Placement | None, accelerator,

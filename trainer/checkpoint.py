@@ -5,7 +5,10 @@ loadable by transformers and vLLM, and `trainer_state.pt` (optimizer, scheduler,
 rollout source's state: sampler position and untrained rollouts, filter state, counters). With a
 sharded (FSDP2) policy the model files are written from the gathered full weights and the
 optimizer state is saved per rank instead, by torch.distributed.checkpoint under `optimizer/`
-(one file per rank; every rank writes its own shard and reads it back on resume). It is all
+(one file per rank; every rank writes its own shard and reads it back on resume). A LoRA run's
+checkpoint holds its adapter instead of the model files: `adapter/` in PEFT's layout
+(rollout/lora.py `write_adapter`; its adapter_config.json names the base model), and the
+optimizer state of the adapter alone (the optimizer holds nothing else). It is all
 written under a temporary name and renamed, so a killed run never leaves a half checkpoint.
 """
 
@@ -40,11 +43,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict[str, Any], *,
-                    keep: int = 2, state_dict: dict[str, torch.Tensor] | None = None) -> Path:
+                    keep: int = 2, state_dict: dict[str, torch.Tensor] | None = None,
+                    lora: Any = None) -> Path:
     """Write step `step` atomically (tmp dir + rename) and keep the `keep` most recent.
 
     `state_dict`: the full weights to write (a sharded model's, gathered) instead of `model`'s
     own; a sharded optimizer's files, staged by `save_sharded_optimizer`, move in with them.
+    `lora` (a LoRA run: its rollout.lora.LoraServing): only the adapter is written, under
+    `adapter/` (`state_dict` then holds its tensors under PEFT's names, gathered).
     """
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -52,7 +58,10 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict[str,
     tmp = root / f".tmp-{PREFIX}{step:06d}"
     if tmp.exists():
         shutil.rmtree(tmp)
-    model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
+    if lora is None:
+        model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
+    else:
+        _save_adapter(tmp, model, lora, state_dict)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
     staged = optimizer_staging(run_dir, step)
@@ -66,6 +75,22 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict[str,
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old)
     return final
+
+
+def _save_adapter(tmp: Path, model, serving, tensors: dict[str, torch.Tensor] | None) -> None:
+    """A LoRA checkpoint's `adapter/` (its config names the base model the run loaded)."""
+    from scalerl.rollout.lora import write_adapter
+    from scalerl.trainer.lora import ADAPTER_DIR, adapter_weights
+
+    items = tensors.items() if tensors is not None else adapter_weights(model)
+    write_adapter(items, serving, model.name_or_path, tmp / ADAPTER_DIR)
+
+
+def is_lora_checkpoint(path: Path) -> bool:
+    """Whether checkpoint `path` holds an adapter (a LoRA run's) rather than model files."""
+    from scalerl.trainer.lora import ADAPTER_DIR
+
+    return (Path(path) / ADAPTER_DIR / "adapter_config.json").is_file()
 
 
 def optimizer_staging(run_dir: Path, step: int) -> Path:

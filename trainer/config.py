@@ -58,7 +58,9 @@ class PolicyConfig:
     parameter, divided over the ranks with `sharding: fsdp2`), computing in bf16 on GPU (autocast,
     or FSDP2's bf16 layers) and fp32 on CPU. `bfloat16`: weights, gradients and moments in bf16
     (8 bytes per parameter); updates smaller than bf16's resolution (~0.4% of a weight, so an
-    lr of 5e-7) are lost."""
+    lr of 5e-7) are lost. With LoRA (`lora.rank` > 0) it is the frozen base's dtype alone
+    (`bfloat16`: 2 bytes per base parameter, nothing lost): the adapter, its gradients and its
+    AdamW moments are fp32 whatever it is."""
     fp32_head: bool = True
     """Compute the LM head in FP32, in the trainer and in the generator alike (the paper's FP32
     fix, §3.2); the engine is started with the same setting."""
@@ -435,7 +437,7 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, [(self.steps > 0, "steps", "must be > 0")])
-        lost = lost_updates(self.policy.dtype, self.optim.lr)
+        lost = "" if self.policy.lora.enabled else lost_updates(self.policy.dtype, self.optim.lr)
         if lost:
             raise FieldError(self.policy, [("dtype", lost)])
 

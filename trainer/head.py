@@ -7,7 +7,8 @@ would keep several (logits, log-softmax, its exponential). Here the forward comp
 keeps only the hidden states and one log-sum-exp per token; the backward recomputes each chunk's
 logits and applies the softmax gradient: d logprob / d logits = onehot(target) - softmax. The
 values are those of the full computation (same operations, same dtypes, per row); only the
-weight gradient is summed chunk by chunk (in fp32). The entropy is a statistic: no gradient.
+weight gradient is summed chunk by chunk (in fp32), and not at all for a frozen head (LoRA).
+The entropy is a statistic: no gradient.
 No model and no loss here.
 """
 
@@ -67,7 +68,9 @@ class _ChunkedHead(torch.autograd.Function):
         chunk, temperature = ctx.chunk, ctx.temperature
         grad_logprobs = grad_logprobs.reshape(-1)
         grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
-        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        want_w = ctx.needs_input_grad[1]  # a frozen head (LoRA) needs no weight gradient
+        grad_w = (torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+                  if want_w else None)
         grad_b = None if bias is None else torch.zeros(bias.shape, dtype=torch.float32,
                                                        device=bias.device)
         with torch.autocast(device_type=h.device.type, enabled=False):
@@ -79,12 +82,13 @@ class _ChunkedHead(torch.autograd.Function):
                 dz = dz.div_(temperature).to(h.dtype)
                 if grad_h is not None:
                     grad_h[s:s + chunk] = dz @ weight
-                ctx.accumulate(grad_w, dz, hc)
+                if want_w:
+                    ctx.accumulate(grad_w, dz, hc)
                 if grad_b is not None:
                     grad_b += dz.float().sum(0)
         # the master weight's own dtype: an fp32 master gets the fp32 sum itself (no bf16
         # rounding of it, no bf16 copy and no cast back by autograd)
-        grad_w = grad_w.to(ctx.master_dtype)
+        grad_w = None if grad_w is None else grad_w.to(ctx.master_dtype)
         grad_b = None if grad_b is None else grad_b.to(bias.dtype)
         return grad_h, grad_w, grad_b, None, None, None, None, None, None
 

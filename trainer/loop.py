@@ -39,11 +39,12 @@ from scalerl.trainer.checkpoint import (
 )
 from scalerl.trainer.config import TrainerConfig
 from scalerl.trainer.filters import ErrorWatch, Group, PromptRetirement
+from scalerl.trainer.lora import full_weight_bytes, published_weights
 from scalerl.trainer.losses import loss_kwargs
 from scalerl.trainer.metrics import ComputeClock, MetricsWriter, step_metrics, truncate_jsonl
 from scalerl.trainer.packing import use_varlen_attention
 from scalerl.trainer.pipeline_source import PipelineSource
-from scalerl.trainer.policy import PolicyModule, hf_model, named_weights
+from scalerl.trainer.policy import PolicyModule, hf_model
 from scalerl.trainer.publish import Publisher
 from scalerl.trainer.run import Run, TrainTask
 from scalerl.trainer.sampler import TaskSampler
@@ -235,7 +236,8 @@ def setup(cfg: TrainerConfig, model, tokenizer, generator, tasks: Mapping[str, T
     model = model if isinstance(model, PolicyModule) else PolicyModule(model)
     if cfg.offpolicy.micro_batch_tokens is not None:  # packed rows: attend within each
         use_varlen_attention(hf_model(model))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps,
+    trainable = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapter alone
+    optimizer = torch.optim.AdamW(trainable, lr=o.lr, betas=o.betas, eps=o.eps,
                                   weight_decay=o.weight_decay)
     warmup = o.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -337,7 +339,7 @@ def checkpoint(run: Run, state: dict[str, Any] | None = None) -> None:
     if callable(state["source"]):  # a snapshot taken at the step's start
         state["source"] = state["source"]()
     save_checkpoint(run.run_dir, run.step, unwrap(run), run.tokenizer, state,
-                    keep=run.cfg.checkpoint.keep, state_dict=weights)
+                    keep=run.cfg.checkpoint.keep, state_dict=weights, lora=lora_serving(run.cfg))
     run.saved_at = time.monotonic()
 
 
@@ -348,7 +350,7 @@ def hand_weights(run: Run) -> None:
     kept by rank 0 in its publisher's form (the engine's dtype, cast on the device). A source
     that publishes at once and fails (a PublishError) raises it on every rank."""
     if not is_sharded(run.model):
-        weights = lambda: named_weights(unwrap(run))
+        weights = lambda: published_weights(unwrap(run))  # LoRA: the adapter alone
     elif broadcast_from_rank0(weights_due(run)):
         publisher = getattr(run.source, "publisher", None)
         full = gather_weights(run.model, prepare=getattr(publisher, "prepare", None))
@@ -358,6 +360,16 @@ def hand_weights(run: Run) -> None:
         weights = lambda: not_gathered(step)
     run.step_weights = weights
     on_rank0(run, lambda: run.source.on_step(run.step, weights))
+
+
+def lora_serving(cfg: TrainerConfig):
+    """A LoRA run's adapters as the engine serves them (None: full fine-tuning): one per weight
+    version, `max_lag` + 1 loaded under PipelineRL (every version a rollout in flight may still
+    be sampling under), 2 under PPO-offpolicy (a round samples under one version)."""
+    lora, o = cfg.policy.lora, cfg.offpolicy
+    if not lora.enabled:
+        return None
+    return lora.serving(max_loras=o.max_lag + 1 if o.mode == "pipelinerl" else 2)
 
 
 def on_rank0(run: Run, work: Callable[[], Any]) -> Any:
@@ -474,6 +486,8 @@ def log_step(run: Run, groups: list[Group], report: GroupReport, gen: dict[str, 
                            lr=run.scheduler.get_last_lr()[0])
     gen_tokens = sum(len(r.token_ids) for g in groups for r in g)
     metrics |= run.clock.tick(gen_tokens, int(stats.get("train_tokens", 0)))
+    if "rollout/sync_bytes" in metrics and "rollout/sync_full_bytes" not in metrics:
+        metrics["rollout/sync_full_bytes"] = float(full_bytes(run))  # a full run's: the same
     run.writer.log(run.step, metrics)
     log_samples(run, groups, report)
     trunc = metrics.get("rollout/truncated_frac", 0.0)
@@ -482,6 +496,15 @@ def log_step(run: Run, groups: list[Group], report: GroupReport, gen: dict[str, 
                          f"(> {run.cfg.log.truncation_warn:.0%}; the paper saw 10-15% destabilise "
                          "runs)")
     warn_too_long(run, metrics)
+
+
+def full_bytes(run: Run) -> int:
+    """Bytes a full-weight publish of the run's model moves: the LoRA publisher's figure (the
+    base's files in the engine's dtype), else the model's weights in the publisher's dtype."""
+    publisher = getattr(run.source, "publisher", None)
+    full = getattr(publisher, "full_model_bytes", None)
+    return full if full is not None else full_weight_bytes(unwrap(run),
+                                                           getattr(publisher, "dtype", None))
 
 
 def log_samples(run: Run, groups: list[Group], report: GroupReport) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from scalerl.rollout.pipeline import PipelineRL, in_flight_prompts
 from scalerl.trainer.filters import Group
-from scalerl.trainer.publish import FilesPublisher, Publisher
+from scalerl.trainer.publish import Publisher, make_publisher, publish_metrics
 from scalerl.trainer.sources import LazyWeights, SourceSettings, round_seed, skip_too_long
 from scalerl.trainer.stopping import StepAbandoned
 
@@ -50,7 +50,7 @@ class PipelineSource:
                 n=s.rollouts_per_prompt, groups_per_batch=b, max_lag=s.max_lag,
                 rollouts=s.max_in_flight),
             batch_wait_s=s.batch_wait_s, stall_s=s.stall_s)
-        self.publisher = publisher or FilesPublisher(generator)
+        self.publisher = publisher or make_publisher("files", generator)
         self._started = False
         self._sync: dict[str, float] = {}
         self.sync_s = 0.0
@@ -89,7 +89,7 @@ class PipelineSource:
             return {}
         stats = self.publisher.publish(weights(), version)
         self.sync_s += stats.send_s
-        self._sync = {"rollout/sync_s": stats.send_s}
+        self._sync = publish_metrics(stats, self.publisher, stats.send_s)
         return dict(self._sync)
 
     def wants_weights(self) -> bool:

@@ -6,8 +6,10 @@ failed reload restores the previous version there. This module adds the overall 
 refuses to go on once the generator's state is unknown. A failed publish is a
 `GeneratorUnavailable` (the generator cannot take this policy), so a training run checkpoints
 and stops on it, like a run with no server left. `nccl` (GPUs): vLLM 0.32's weight-transfer
-engine broadcasts the tensors from the trainer to the engine's workers. Every publish has a
-timeout that raises naming what was being sent. No training happens here.
+engine broadcasts the tensors from the trainer to the engine's workers. A LoRA run
+(`EngineConfig.lora` set) publishes only its adapter (`LoraPublisher`), whatever the
+transport. Every publish has a timeout that raises naming what was being sent. No training
+happens here.
 """
 
 from __future__ import annotations
@@ -99,13 +101,16 @@ class FilesPublisher:
     previous version itself. Each engine step has `timeout_s`; the whole call is bounded too."""
 
     transport = "files"
+    method = "update_weights"
+    """The generator's method that takes a publish."""
+    sends = "weights"
 
     def __init__(self, generator: Any, *, timeout_s: float = 300.0):
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        if not callable(getattr(generator, "update_weights", None)):
-            raise TypeError(f"{type(generator).__name__} has no update_weights(); the files "
-                            "transport needs a scalerl generator")
+        if not callable(getattr(generator, self.method, None)):
+            raise TypeError(f"{type(generator).__name__} has no {self.method}(); the "
+                            f"{self.transport} transport needs a scalerl generator")
         self.generator, self.timeout_s = generator, timeout_s
         self.bound_s = 4 * timeout_s + 60
         """The whole call's bound: write + pause + reload + resume, each bounded by timeout_s."""
@@ -135,11 +140,12 @@ class FilesPublisher:
             raise ValueError(f"publish version {version} must exceed the last published "
                              f"version {self._last}")
         counted = _Counted(weights)
-        what = f"weights version {version}"
+        what = f"{self.sends} version {version}"
+        update = getattr(self.generator, self.method)
         t0 = time.monotonic()
         try:
-            call_with_timeout(lambda: self.generator.update_weights(
-                counted, version, timeout_s=self.timeout_s), self.bound_s, what)
+            call_with_timeout(lambda: update(counted, version, timeout_s=self.timeout_s),
+                              self.bound_s, what)
         except PublishTimeout as e:
             self._broken = f"{e}; the generator's state is unknown: restart it"
             raise PublishTimeout(self._broken) from e
@@ -158,6 +164,44 @@ class FilesPublisher:
 
     def close(self) -> None:
         return None
+
+
+class LoraPublisher(FilesPublisher):
+    """A LoRA run's publisher: the PEFT-named adapter tensors go to the generator's
+    `update_adapter` (written once, one folder per version, loaded beside those in use:
+    rollout/lora_adapters.py), in fp32 as the trainer holds them (vLLM casts them as it loads).
+    `FilesPublisher`'s contract otherwise; `full_model_bytes` is what a full-weights publish of
+    the same model moves, the figure beside the adapter's bytes."""
+
+    transport, method, sends = "lora", "update_adapter", "adapter"
+
+    def __init__(self, generator: Any, *, timeout_s: float = 300.0):
+        super().__init__(generator, timeout_s=timeout_s)
+        self.dtype = None  # as the trainer holds it
+        self.bound_s = 2 * timeout_s + 60  # write + load (every server's at once), each bounded
+
+    def prepare(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A host copy of its own (never a view the trainer goes on updating)."""
+        return tensor.detach().to("cpu", copy=True).contiguous()
+
+    @property
+    def full_model_bytes(self) -> int:
+        """The base model's checkpoint in the engine's dtype (read once)."""
+        if not hasattr(self, "_full_bytes"):
+            from scalerl.rollout.weights import weights_bytes
+
+            self._full_bytes = weights_bytes(self.generator.model_path,
+                                             self.generator.config.dtype)
+        return self._full_bytes
+
+
+def publish_metrics(stats: PublishStats, publisher: Any, seconds: float) -> dict[str, float]:
+    """A publish's metrics: `rollout/sync_s` (`seconds`), `rollout/sync_bytes` (what moved) and,
+    for a LoRA run, `rollout/sync_full_bytes` (what a full-weights publish would have moved)."""
+    out = {"rollout/sync_s": seconds, "rollout/sync_bytes": float(stats.num_bytes)}
+    if isinstance(publisher, LoraPublisher):
+        out["rollout/sync_full_bytes"] = float(publisher.full_model_bytes)
+    return out
 
 
 class NCCLPublisher:
@@ -371,7 +415,10 @@ class _TensorSource:
 
 
 def make_publisher(transport: str, generator: Any, *, timeout_s: float = 300.0) -> Publisher:
-    """The publisher for `engine.weight_transfer`; unknown names list the known ones."""
+    """The publisher for `engine.weight_transfer` (a LoRA run's generator, `config.lora` set:
+    the adapter publisher); unknown names list the known ones."""
+    if getattr(getattr(generator, "config", None), "lora", None) is not None:
+        return LoraPublisher(generator, timeout_s=timeout_s)
     if transport == "files":
         return FilesPublisher(generator, timeout_s=timeout_s)
     if transport == "nccl":

@@ -22,7 +22,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from scalerl.trainer.policy import hf_model, named_weights
+from scalerl.trainer.lora import full_weight_bytes, is_lora, published_weights
+from scalerl.trainer.policy import hf_model
 
 Tensor = torch.Tensor
 
@@ -94,13 +95,14 @@ def is_sharded(module: nn.Module) -> bool:
 def gather_weights(policy: nn.Module, prepare: Callable[[Tensor], Tensor] | None = None
                    ) -> dict[str, Tensor] | None:
     """Every rank calls this together: the full weights on rank 0 (None on the others), gathered
-    one tensor at a time, named as in the checkpoint files. Rank 0 keeps `prepare(tensor)` of
+    one tensor at a time, named as in the checkpoint files (a LoRA policy's adapter alone, under
+    PEFT's names: `published_weights`). Rank 0 keeps `prepare(tensor)` of
     each full tensor (a publisher's form: the engine's dtype, cast on the GPU, on a pinned host
     buffer or left on the GPU for NCCL), by default an fp32 CPU copy (the checkpoint's)."""
     main = dist.get_rank() == 0
     keep = prepare or (lambda t: t.to("cpu", copy=True))
     full = {}
-    for name, tensor in named_weights(policy):
+    for name, tensor in published_weights(policy):
         if main:
             full[name] = keep(tensor)
     return full if main else None
@@ -119,6 +121,8 @@ def unique_params(model: nn.Module) -> int:
 
 def memory_line(policy: nn.Module, world: int, sharded: bool) -> str:
     """One line stating the precision of the trainer's state and its bytes per parameter."""
+    if is_lora(hf_model(policy)):
+        return lora_memory_line(policy, world, sharded)
     count = unique_params(hf_model(policy))
     dtype = next(hf_model(policy).parameters()).dtype
     per = state_bytes_per_param(dtype)
@@ -128,3 +132,17 @@ def memory_line(policy: nn.Module, world: int, sharded: bool) -> str:
              else f"{total:.2f} GiB per rank")
     return (f"trainer state: {name} weights, gradients and AdamW moments = {per} B/param x "
             f"{count / 1e9:.3f}B params = {total:.2f} GiB, {where}")
+
+
+def lora_memory_line(policy: nn.Module, world: int, sharded: bool) -> str:
+    """`memory_line` of a LoRA policy: the frozen base holds its weights alone (no gradient, no
+    optimizer state); the fp32 adapter its weights, gradients and AdamW's two moments."""
+    model = hf_model(policy)
+    adapter = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    base = full_weight_bytes(model)
+    per = state_bytes_per_param(torch.float32)
+    total = (base + per * adapter) / 2**30
+    split = world if sharded and world > 1 else 1
+    return (f"trainer state (LoRA): frozen base {base / 2**30:.2f} GiB (weights only) + fp32 "
+            f"adapter {adapter / 1e6:.3f}M params x {per} B/param (weights, gradients, AdamW "
+            f"moments) = {total:.2f} GiB, {total / split:.2f} GiB per rank")

@@ -22,7 +22,7 @@ from scalerl.envs.base import Sample
 from scalerl.rollout.base_generator import GeneratorUnavailable
 from scalerl.rollout.types import Budget, Rollout
 from scalerl.trainer.filters import Group
-from scalerl.trainer.publish import FilesPublisher, Publisher
+from scalerl.trainer.publish import Publisher, make_publisher, publish_metrics
 
 LazyWeights = Callable[[], Iterable[tuple[str, torch.Tensor]]]
 """Called when the weights are needed: (name, tensor) pairs of the current policy."""
@@ -118,7 +118,7 @@ class PPOOffPolicy:
     def __init__(self, generator, sampler: Callable[[], Sample], s: SourceSettings,
                  publisher: Publisher | None = None):
         self.generator, self.sampler, self.s = generator, sampler, s
-        self.publisher = publisher or FilesPublisher(generator)
+        self.publisher = publisher or make_publisher("files", generator)
         self.pending: list[list[Group]] = []
         self.round = 0
         self._weights: tuple[int, LazyWeights] | None = None
@@ -147,11 +147,11 @@ class PPOOffPolicy:
             return {}
         version, weights = self._weights
         t = time.perf_counter()
-        self.publisher.publish(weights(), version)
+        stats = self.publisher.publish(weights(), version)
         self._weights = (version, _published)  # drop the gathered tensors (GPU memory for NCCL)
         took = time.perf_counter() - t
         self.sync_s += took
-        return {"rollout/sync_s": took}
+        return publish_metrics(stats, self.publisher, took)
 
     def _generate_round(self) -> dict[str, float]:
         s = self.s

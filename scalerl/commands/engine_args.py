@@ -220,21 +220,55 @@ def model_of(args: argparse.Namespace) -> str:
     raise ValueError("--model is required (or --server URL: the server says what it serves)")
 
 
+def lora_base(adapter: tuple, config: EngineConfig) -> tuple[str, EngineConfig]:
+    """The base model of a LoRA checkpoint's adapter (`checkpoint_adapter`), resolved here, and
+    `config` serving that adapter."""
+    import dataclasses
+
+    from scalerl.models import resolve_model
+
+    base, serving, _ = adapter
+    return resolve_model(base), dataclasses.replace(config, lora=serving)
+
+
+def with_adapter(generator, folder: Path) -> None:
+    """Load a LoRA checkpoint's adapter (its folder) on `generator` as version 1; the
+    generator is closed if that fails."""
+    from safetensors.torch import load_file
+
+    try:
+        generator.update_adapter(load_file(str(folder / "adapter_model.safetensors")).items(), 1,
+                                 timeout_s=generator.config.weight_timeout_s)
+    except BaseException:
+        generator.close()
+        raise
+
+
 def start_generator(model: str, config: EngineConfig, *, fp32_head: bool,
                     log: Path | None = None, **kwargs):
     """A started generator (on `config.servers` when set, else in this process); EngineStartError
     (one line) when vLLM refuses or fails to start, or no server answers. With `log`, what an
-    engine in this process says (its loggers, its processes' output) goes there."""
+    engine in this process says (its loggers, its processes' output) goes there. A LoRA run's
+    checkpoint (`<checkpoint>/adapter/`) is served as its base model with the adapter loaded
+    (no merge)."""
     from scalerl.rollout.factory import make_generator
+    from scalerl.rollout.lora_adapters import checkpoint_adapter
 
     try:
+        adapter = checkpoint_adapter(model)  # a LoRA run's checkpoint: base model + adapter
+        if adapter is not None:
+            model, config = lora_base(adapter, config)
         if log is None or config.servers:
-            return make_generator(model, config, fp32_head=fp32_head, **kwargs)
-        from scalerl.engine_log import output_to, route_vllm_logging
+            generator = make_generator(model, config, fp32_head=fp32_head, **kwargs)
+        else:
+            from scalerl.engine_log import output_to, route_vllm_logging
 
-        route_vllm_logging(log)
-        with output_to(log):
-            return make_generator(model, config, fp32_head=fp32_head, **kwargs)
+            route_vllm_logging(log)
+            with output_to(log):
+                generator = make_generator(model, config, fp32_head=fp32_head, **kwargs)
+        if adapter is not None:
+            with_adapter(generator, adapter[2])
+        return generator
     except Exception as exc:  # vLLM raises many types; the user needs the model and the reason
         reason = " ".join(str(exc).split())[:600] or type(exc).__name__
         where = f"the vLLM servers {', '.join(config.servers)}" if config.servers else (

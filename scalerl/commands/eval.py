@@ -192,7 +192,7 @@ def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
     skipped = tuple(line for lines in problems.values() for line in lines)  # not fatal: skipped
     train = {n: t for n, t in train.items() if not problems[n]}
     models = resolve_models(args.model)
-    engine = engine_config(args, models[0].path, run_cfg.engine if run_cfg else None)
+    engine = engine_config(args, _model_of(models[0].path), run_cfg.engine if run_cfg else None)
     settings = eval_settings(args, run_cfg, names, ks, engine.max_model_len, engine.tool_format)
     objects = with_tool_args(args, prompted_tasks(objects, settings.prompt))  # as rendered
     fp32_head = args.fp32_head if args.fp32_head is not None else (
@@ -201,6 +201,15 @@ def prepare(args, ks: tuple[int, ...] | None = None) -> Plan:
     return Plan(settings, models, engine, fp32_head, objects, graded, train, skipped,
                 project=run_cfg.log.project if run_cfg else "scalerl",
                 run_name=f"{run_dir.name}-eval" if run_dir else Path(args.out).resolve().name)
+
+
+def _model_of(path: str) -> str:
+    """The model whose context length the engine takes: a LoRA checkpoint's base model."""
+    from scalerl.models import resolve_model
+    from scalerl.rollout.lora_adapters import checkpoint_adapter
+
+    adapter = checkpoint_adapter(path)
+    return resolve_model(adapter[0]) if adapter is not None else path
 
 
 def _names(text: str) -> tuple[str, ...]:

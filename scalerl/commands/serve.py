@@ -5,8 +5,9 @@ uses (from the same engine flags), the FP32 head, explicit memory, the RL routes
 weight version), the token-in/token-out generate route. This process then becomes the server
 (exec: same pid, signals go to vLLM, its exit code is the command's); a forked child prints the
 URL alone on stdout once `/health` answers (everything else goes to stderr) and exits.
-`--print-command` prints the plain command line instead (for SLURM or Kubernetes, where scalerl
-need not be installed).
+`--lora-rank R --max-loras N` serves a LoRA run's adapters (`--enable-lora`, runtime adapter
+loading). `--print-command` prints the plain command line instead (for SLURM or Kubernetes,
+where scalerl need not be installed).
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "engine.weight_transfer; default files)")
     parser.add_argument("--start-timeout", type=float, default=900.0,
                         help="seconds to wait for /health (default 900)")
+    parser.add_argument("--lora-rank", type=int, default=0,
+                        help="serve a LoRA run's adapters of rank up to this (the run's "
+                        "policy.lora.rank); default 0: full-weight updates only")
+    parser.add_argument("--max-loras", type=int, default=2,
+                        help="with --lora-rank: adapters in a batch at once (at least the run's "
+                        "offpolicy.max_lag + 1; default 2)")
     parser.add_argument("--print-command", action="store_true",
                         help="print the server's command line and exit")
     add_engine_args(parser, servers=False)
@@ -53,6 +60,11 @@ def command_of(args: argparse.Namespace):
         raise ValueError(f"--port {args.port}: expected 1..65535")
     model = resolve_model(args.model)
     config = dataclasses.replace(engine_config(args, model), weight_transfer=args.weight_transfer)
+    if args.lora_rank:  # alpha is each adapter's own (its adapter_config.json): not served here
+        from scalerl.rollout.lora import LoraServing
+
+        config = dataclasses.replace(config, lora=LoraServing(
+            rank=args.lora_rank, alpha=1.0, max_loras=args.max_loras))
     gpu = None if args.device is None else args.device == "gpu"
     return model, server_command(config, model, host=args.host, port=args.port,
                                  fp32_head=args.fp32_head is not False, gpu=gpu)

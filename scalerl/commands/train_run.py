@@ -97,7 +97,9 @@ def _train(cfg: RunConfig, run_dir: Path, ckpt: Path | None, *, verbose: bool,
         tracker_into(log)
     try:
         with _stop_signals() as stop:
-            model_path = str(ckpt) if ckpt else resolve_model(cfg.policy.model)
+            # a LoRA checkpoint holds its adapter alone: the base is the run's model
+            model_path = (str(ckpt) if ckpt and not cfg.policy.lora.enabled
+                          else resolve_model(cfg.policy.model))
             return run_training(cfg, run_dir, model_path, ckpt, engine_log=log, recipe=recipe,
                                 stop=stop)
     except (ConfigError, ModelNotFoundError) as e:  # no such model; GPUs or launch do not fit

@@ -85,14 +85,21 @@ def _checkpoint_dirs(folder: Path) -> list[Path]:
     return sorted(subs, key=_step_of)
 
 
+def lora_checkpoint(path: Path) -> bool:
+    """Whether `path` is a LoRA run's checkpoint (`adapter/adapter_config.json`: evaluated as
+    its base model with the adapter, scalerl/commands/engine_args.py `start_generator`)."""
+    return (path / "adapter" / "adapter_config.json").is_file()
+
+
 def resolve_models(paths: Sequence[str]) -> list[ModelRef]:
-    """Model paths, with a run dir or a `checkpoints/` folder expanded to its step-N dirs."""
+    """Model paths, with a run dir or a `checkpoints/` folder expanded to its step-N dirs (a
+    LoRA run's checkpoints too: `lora_checkpoint`)."""
     refs: list[ModelRef] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir() and (p / "checkpoints").is_dir():
             p = p / "checkpoints"
-        if p.is_dir() and not (p / "config.json").exists():
+        if p.is_dir() and not (p / "config.json").exists() and not lora_checkpoint(p):
             steps = _checkpoint_dirs(p)
             if not steps:
                 raise EvalInputError(f"{raw}: neither a model (no config.json) nor a folder of "

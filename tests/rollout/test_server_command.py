@@ -124,3 +124,19 @@ def test_the_rollouts_of_a_prompt_share_the_server_the_first_chose():
     assert [s.url for s in chosen[:3]] == ["http://s1"] * 3  # one prompt: one server
     assert chosen[3].url == "http://s0"  # the next prompt: the least loaded one then
     assert not pool._slots  # released when the last rollout of a key is done
+
+
+def test_a_lora_server_serves_adapters_loaded_at_run_time(capsys, tmp_path):
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 2048}')
+    assert main(["serve", "--model", str(tmp_path), "--lora-rank", "12", "--max-loras", "3",
+                 "--device", "cpu", "--print-command"]) == 0
+    words = shlex.split(capsys.readouterr().out)
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in words
+    _, engine = parsed_engine_args(words[words.index("-m") + 2:])
+    # rank 12 is served at vLLM's next rank, 16; one more adapter kept than share a batch
+    assert (engine.enable_lora, engine.max_loras, engine.max_cpu_loras,
+            engine.max_lora_rank) == (True, 3, 4, 16)
+    assert main(["serve", "--model", str(tmp_path), "--print-command"]) == 0
+    assert "--enable-lora" not in capsys.readouterr().out
+    assert main(["serve", "--model", str(tmp_path), "--lora-rank", "600", "--print-command"]) == 2
+    assert "more than vLLM serves" in capsys.readouterr().err
