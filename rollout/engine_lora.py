@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from scalerl.rollout.lora import adapter_id, adapter_name
+from scalerl.rollout.lora_adapters import no_adapters
 from scalerl.rollout.weights import WeightUpdateError
 
 logger = logging.getLogger(__name__)
@@ -36,21 +37,9 @@ class EngineLora:
         A failure (bad names, the load failing or passing `timeout_s`) raises WeightUpdateError
         and leaves `version` unchanged. Returns timings (write_s, load_s)."""
         if self._adapters is None:
-            raise WeightUpdateError(f"adapter update to version {version}: this engine was "
-                                    "started without engine.lora (a full-weights run); publish "
-                                    "with update_weights")
-        t = time.perf_counter()
-        path, tensors, size = self._adapters.stage(named_tensors, version)
-        write_s = time.perf_counter() - t
-        what = (f"adapter update to version {version} ({tensors} tensors, "
-                f"{size / 2**20:.2f} MiB)")
-        try:
-            load_s = self._call(self._add_adapter(version, path, timeout_s, what),
-                                timeout_s + 10, what)
-        except (TimeoutError, WeightUpdateError) as exc:
-            self._adapters.discard(path)
-            raise WeightUpdateError(str(exc)) from exc
-        return {"write_s": write_s, "load_s": load_s}
+            raise no_adapters(version, "this engine was started")
+        return self._adapters.update(named_tensors, version, lambda path, what: self._call(
+            self._add_adapter(version, path, timeout_s, what), timeout_s + 10, what))
 
     async def _add_adapter(self, version: int, path: Path, timeout_s: float, what: str) -> float:
         from vllm.lora.request import LoRARequest

@@ -25,8 +25,9 @@ Nothing here talks to vLLM: the generators load and unload.
 from __future__ import annotations
 
 import shutil
+import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from scalerl.rollout.lora import LoraServing, adapter_name, write_adapter
@@ -49,6 +50,12 @@ def adapter_tensors(named_tensors: Iterable, what: str) -> list:
                 "base_model.model.<module>.lora_A.weight or .lora_B.weight, as "
                 "get_peft_model_state_dict names them)")
     return pairs
+
+
+def no_adapters(version: int, where: str) -> WeightUpdateError:
+    """The error of `update_adapter` on a generator started for full weights."""
+    return WeightUpdateError(f"adapter update to version {version}: {where} without engine.lora "
+                             "(a full-weights run); publish with update_weights")
 
 
 class Adapters:
@@ -83,6 +90,24 @@ class Adapters:
             shutil.rmtree(target, ignore_errors=True)
             raise WeightUpdateError(f"{what}: writing the adapter failed: {exc}") from exc
         return target, len(pairs), size
+
+    def update(self, named_tensors: Iterable, version: int, load: Callable[[Path, str], float],
+               ) -> dict[str, float]:
+        """A generator's `update_adapter`: stage version `version`'s adapter, then
+        `load(folder, what)` (the generator loads it and calls `publish`; returns its seconds).
+        A failed or timed-out load removes the folder and raises WeightUpdateError, the version
+        unchanged. Returns timings (write_s, load_s)."""
+        t = time.perf_counter()
+        path, tensors, size = self.stage(named_tensors, version)
+        write_s = time.perf_counter() - t
+        what = (f"adapter update to version {version} ({tensors} tensors, "
+                f"{size / 2**20:.2f} MiB)")
+        try:
+            load_s = load(path, what)
+        except (TimeoutError, WeightUpdateError) as exc:
+            self.discard(path)
+            raise WeightUpdateError(str(exc)) from exc
+        return {"write_s": write_s, "load_s": load_s}
 
     def publish(self, version: int, path: Path) -> list[int]:
         """`version` (loaded from `path`) is current from now on; the versions to retire now."""

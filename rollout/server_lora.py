@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from scalerl.rollout.lora import adapter_name
+from scalerl.rollout.lora_adapters import no_adapters
 from scalerl.rollout.server_pool import RequestRejected, Server, ServerError
 from scalerl.rollout.weights import WeightUpdateError
 
@@ -80,21 +81,10 @@ class ServerLora:
         loads the adapters in use when it rejoins); WeightUpdateError (version unchanged) when
         none took it. Returns timings (write_s; load_s, the slowest server's)."""
         if self._adapters is None:
-            raise WeightUpdateError(f"adapter update to version {version}: these servers were "
-                                    "joined without engine.lora (a full-weights run); publish "
-                                    "with update_weights")
-        t = time.perf_counter()
-        path, tensors, size = self._adapters.stage(named_tensors, version)
-        write_s = time.perf_counter() - t
-        what = (f"adapter update to version {version} ({tensors} tensors, "
-                f"{size / 2**20:.2f} MiB)")
-        try:
-            load_s = self._call(self._load_all(version, path, timeout_s, what),
-                                timeout_s + 2 * self.config.server_timeout_s + 10, what)
-        except (TimeoutError, WeightUpdateError) as exc:
-            self._adapters.discard(path)
-            raise WeightUpdateError(str(exc)) from exc
-        return {"write_s": write_s, "load_s": load_s}
+            raise no_adapters(version, "these servers were joined")
+        bound_s = timeout_s + 2 * self.config.server_timeout_s + 10
+        return self._adapters.update(named_tensors, version, lambda path, what: self._call(
+            self._load_all(version, path, timeout_s, what), bound_s, what))
 
     async def _load_all(self, version: int, path: Path, timeout_s: float, what: str) -> float:
         """Load the adapter on every up server at once, then make it current."""
