@@ -1,5 +1,5 @@
 """Whether the trainer node's spare CPU cores can grade a step in the time the engines take to
-generate it (`scalerl train --dry-run`), and when grading needs Ray (`grading.cluster: ray`).
+generate it (`scalerl train --dry-run`), and when grading needs Ray (`verifiers.cluster: ray`).
 
 `grading_load` is a pure function: a step's code and math verdicts times the CPU seconds each
 costs (measured here, below) is the core-seconds of grading one step; over the engines' generate
@@ -134,9 +134,9 @@ def grading_line(load: GradingLoad | None) -> list[str]:
             f"{load.generate_s:,.0f} s a step generates: {load.cores:.1f} cores of the "
             f"{load.spare_cores} spare of {load.node_cores}")
     if load.ray:
-        return [head + f": needs grading.cluster: ray, {math.ceil(load.cores)} grading cores "
+        return [head + f": needs verifiers.cluster: ray, {math.ceil(load.cores)} grading cores "
                 f"({load.nodes} more node(s) of {load.node_cores} cores)"]
-    return [head + ": local grading keeps up (grading.cluster: ray not needed)"]
+    return [head + ": local grading keeps up (verifiers.cluster: ray not needed)"]
 
 
 def code_share_of(tasks) -> float:

@@ -37,7 +37,7 @@ def test_the_recipe_step_is_graded_locally_by_hand():
     assert load.spare_cores == 88 and not load.ray and load.nodes == 0
     line, = grading_line(load)
     assert line.endswith("2.4 cores of the 88 spare of 112: local grading keeps up "
-                         "(grading.cluster: ray not needed)")
+                         "(verifiers.cluster: ray not needed)")
 
 
 def test_past_the_spare_cores_it_names_ray_and_the_nodes():
@@ -47,7 +47,7 @@ def test_past_the_spare_cores_it_names_ray_and_the_nodes():
                         node_cores=64, ranks=8, engines=0, code_core_s=10.0)
     assert load.cores == pytest.approx(100.0) and load.spare_cores == 44
     assert load.ray and load.nodes == 1
-    assert grading_line(load)[0].endswith("needs grading.cluster: ray, 100 grading cores "
+    assert grading_line(load)[0].endswith("needs verifiers.cluster: ray, 100 grading cores "
                                           "(1 more node(s) of 64 cores)")
     with pytest.raises(ValueError, match="code_share must be in"):
         grading_load(rollouts_per_step=1, code_share=1.5, generate_s=1.0, node_cores=1,
