@@ -36,6 +36,7 @@ import gc
 import itertools
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -83,6 +84,30 @@ _ROLLOUT_SALT: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar
     "rollout_salt", default=None)
 """The cache salt of the running rollout's first phase (each rollout is an asyncio task of its
 own, so this is per rollout): its continuation reuses it."""
+
+
+async def _unless_abandoned(coro, abandoned: threading.Event):
+    """`coro`, whose failure after its caller gave up on it (`abandoned`: the caller raised
+    EngineDied or TimeoutError already) is dropped: an update cancelled mid-pause still runs its
+    resume, which fails on a dead engine, and asyncio would print that unread failure as "Task
+    exception was never retrieved" after the run's last line."""
+    try:
+        return await coro
+    except Exception:
+        if abandoned.is_set():
+            return None
+        raise
+
+
+def _says_engine_dead(exc: BaseException | None) -> bool:
+    """Whether vLLM's EngineDeadError is in `exc`'s chain: a call can fail with it a moment
+    before the client marks itself `errored` (a core killed during a weight update's resume)."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if type(exc).__name__ == "EngineDeadError":
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 class EngineGenerator(EngineLora, BaseGenerator):
@@ -228,11 +253,13 @@ class EngineGenerator(EngineLora, BaseGenerator):
         never resolved, vllm/v1/engine/core_client.py), which would then wait its whole
         timeout: the wait is cut into `DEATH_POLL_S` slices, the core's liveness read between
         them."""
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        abandoned = threading.Event()
+        fut = asyncio.run_coroutine_threadsafe(_unless_abandoned(coro, abandoned), self._loop)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not fut.done():
             left = DEATH_POLL_S if deadline is None else deadline - time.monotonic()
             if self._dead() or left <= 0:
+                abandoned.set()
                 fut.cancel()
                 if self._dead():
                     raise EngineDied(self._death(what))
@@ -241,7 +268,7 @@ class EngineGenerator(EngineLora, BaseGenerator):
         try:
             return fut.result()
         except Exception as exc:
-            if self._dead():
+            if self._dead() or _says_engine_dead(exc):
                 raise EngineDied(self._death(what)) from exc
             raise
 

@@ -1,5 +1,6 @@
 """A `scalerl train` subprocess's logged steps, read while it runs (test_preemption.py,
-test_torchrun_stops.py): the rows of metrics.jsonl that close a step, and a wait for one."""
+test_torchrun_stops.py): the rows of metrics.jsonl that close a step, and a wait for one; and
+`kill_group`, the SIGKILL of a run's whole process group that the SIGKILL + resume tests use."""
 
 from __future__ import annotations
 
@@ -9,6 +10,43 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+
+SHM_PREFIXES = ("psm_", "sem.mp-")
+"""/dev/shm entries of torch's shared memory and multiprocessing's semaphores."""
+
+
+def shm_names() -> set[str]:
+    return {n for n in os.listdir("/dev/shm") if n.startswith(SHM_PREFIXES)}
+
+
+def mapped_shm() -> set[str]:
+    """The /dev/shm entries some live process has mapped (another run's engine, still in use)."""
+    names = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:  # gone, or not ours to read
+            continue
+        names |= {line.rsplit("/dev/shm/", 1)[1].strip() for line in maps.splitlines()
+                  if "/dev/shm/" in line}
+    return names
+
+
+def kill_group(proc: subprocess.Popen, started: float) -> None:
+    """SIGKILL `proc`'s whole process group (W&B's service and vLLM's processes too), wait for
+    it, then unlink the /dev/shm entries created since `started` (time.time()) that no live
+    process maps. A group SIGKILL takes multiprocessing's resource tracker with it, which would
+    have unlinked them; left, a concurrent test's leak check (test_last_line.py) counts them."""
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(0.5)  # the group's last processes unmap as the kernel reaps them
+    for name in shm_names() - mapped_shm():
+        path = Path("/dev/shm") / name
+        try:
+            if path.stat().st_ctime >= started - 1:
+                path.unlink()
+        except FileNotFoundError:
+            continue
 
 
 def step_rows(run_dir: Path) -> list[dict]:

@@ -13,8 +13,6 @@ sampled tokens themselves are fixed by per-request seeds. Measured here (2026-11
 rewards, mismatch KL and final weights were bit-identical.
 """
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from e2e_runs import final_weights, run_to_end, steps_of
+from run_steps import kill_group
 
 pytestmark = pytest.mark.slow
 
@@ -54,6 +53,7 @@ def assert_same_run(a: dict[int, dict], b: dict[int, dict]) -> None:
 
 
 def kill_after_checkpoint(cmd: list[str], run_dir: Path, step: int) -> None:
+    started = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     marker = run_dir / "checkpoints" / f"step-{step:06d}"
@@ -61,8 +61,7 @@ def kill_after_checkpoint(cmd: list[str], run_dir: Path, step: int) -> None:
     while not marker.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.2)
     assert marker.exists() and proc.poll() is None, f"run ended before its step-{step} checkpoint"
-    os.killpg(proc.pid, signal.SIGKILL)  # generation of later batches is in flight
-    proc.wait()
+    kill_group(proc, started)  # generation of later batches is in flight
 
 
 def test_sigkill_then_resume_neither_repeats_nor_skips_a_prompt(tmp_path, tiny_path):

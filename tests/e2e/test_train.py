@@ -12,7 +12,6 @@ checks its must-show figures.
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from e2e_runs import Timed, final_weights, run_to_end, steps_of, timed_run
+from run_steps import kill_group
 from safetensors.torch import load_file
 from tracked import (
     offline_env,
@@ -63,6 +63,7 @@ def kill_after_step_4(cmd: list[str], run_dir: Path, env: dict) -> int:
     checkpoint is written and W&B and trackio hold step 4; the last step it had sent."""
     from wandb.proto import wandb_internal_pb2  # noqa: F401 (seconds, once: not while waiting)
 
+    started = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True, env=env)
     deadline = time.time() + 900
@@ -77,8 +78,7 @@ def kill_after_step_4(cmd: list[str], run_dir: Path, env: dict) -> int:
             time.time() < deadline):
         time.sleep(0.1)
     assert marker.exists() and proc.poll() is None, "run ended before its step-4 checkpoint"
-    os.killpg(proc.pid, signal.SIGKILL)  # in step 5 or 6: generating, training or logging
-    proc.wait()
+    kill_group(proc, started)  # in step 5 or 6: generating, training or logging
     assert not (run_dir / "checkpoints" / "step-000006").exists(), (
         "killed after its last checkpoint", sorted(p.name for p in marker.parent.iterdir()))
     return json.loads((run_dir / "trackers.json").read_text())["last_step"]

@@ -97,13 +97,13 @@ def test_validation_beside_training_holds_at_most_its_share_of_the_engine(engine
     now, most = {"val": 0, "train": 0}, {"val": 0, "train": 0}
     real = engine._llm.generate
 
-    def spy(request, params, rid, priority=0):  # observes what reaches vLLM, changes nothing
+    def spy(request, params, rid, priority=0, **kwargs):  # observes, changes nothing
         async def passed():
             key = "val" if priority <= 0 else "train"
             now[key] += 1
             most[key] = max(most[key], now[key])
             try:
-                async for out in real(request, params, rid, priority=priority):
+                async for out in real(request, params, rid, priority=priority, **kwargs):
                     yield out
             finally:
                 now[key] -= 1
