@@ -88,14 +88,13 @@ def test_a_lora_run_publishes_the_adapter_alone_at_fp32_noise(whole, tiny_path):
 
 def test_sigkill_then_resume_takes_the_uninterrupted_steps(whole, tiny_path, tmp_path):
     killed = tmp_path / "killed"
-    started = time.time()
     proc = subprocess.Popen(command(killed, tiny_path), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     marker, deadline = killed / "checkpoints" / "step-000004", time.time() + 600
     while not marker.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     assert marker.exists() and proc.poll() is None, "run ended before its step-4 checkpoint"
-    kill_group(proc, started)  # in step 5 or 6
+    kill_group(proc)  # in step 5 or 6
     assert not (killed / "checkpoints" / "step-000006").exists()
     run_to_end(command(killed, tiny_path, resume=True))
     a, b = steps_of(whole), steps_of(killed)

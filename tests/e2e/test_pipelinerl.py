@@ -53,7 +53,6 @@ def assert_same_run(a: dict[int, dict], b: dict[int, dict]) -> None:
 
 
 def kill_after_checkpoint(cmd: list[str], run_dir: Path, step: int) -> None:
-    started = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     marker = run_dir / "checkpoints" / f"step-{step:06d}"
@@ -61,7 +60,7 @@ def kill_after_checkpoint(cmd: list[str], run_dir: Path, step: int) -> None:
     while not marker.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.2)
     assert marker.exists() and proc.poll() is None, f"run ended before its step-{step} checkpoint"
-    kill_group(proc, started)  # generation of later batches is in flight
+    kill_group(proc)  # generation of later batches is in flight
 
 
 def test_sigkill_then_resume_neither_repeats_nor_skips_a_prompt(tmp_path, tiny_path):

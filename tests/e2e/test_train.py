@@ -63,7 +63,6 @@ def kill_after_step_4(cmd: list[str], run_dir: Path, env: dict) -> int:
     checkpoint is written and W&B and trackio hold step 4; the last step it had sent."""
     from wandb.proto import wandb_internal_pb2  # noqa: F401 (seconds, once: not while waiting)
 
-    started = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True, env=env)
     deadline = time.time() + 900
@@ -78,7 +77,7 @@ def kill_after_step_4(cmd: list[str], run_dir: Path, env: dict) -> int:
             time.time() < deadline):
         time.sleep(0.1)
     assert marker.exists() and proc.poll() is None, "run ended before its step-4 checkpoint"
-    kill_group(proc, started)  # in step 5 or 6: generating, training or logging
+    kill_group(proc)  # in step 5 or 6: generating, training or logging
     assert not (run_dir / "checkpoints" / "step-000006").exists(), (
         "killed after its last checkpoint", sorted(p.name for p in marker.parent.iterdir()))
     return json.loads((run_dir / "trackers.json").read_text())["last_step"]
