@@ -52,12 +52,11 @@ def ray_cluster():
     store each, no dashboard) for every Ray test; its temp dir (Ray's sessions, logs, spilled
     objects) removed at the end. Tests grade on it with `verifiers.ray_address=cluster.address`;
     the graders they made are closed before it stops."""
-    pytest.importorskip("ray")
     import os
     import shutil
     import tempfile
 
-    from ray.cluster_utils import Cluster
+    from ray.cluster_utils import Cluster  # the ray extra: make install installs it
 
     from scalerl.envs.grading import close_clusters
 

@@ -1,4 +1,4 @@
-"""LoRA in the dry run (`policy.lora.rank` > 0, issue #33): the adapter's parameters from the
+"""LoRA in the dry run (`policy.lora.rank` > 0): the adapter's parameters from the
 model's shape, a trainer rank's memory with a frozen bf16 base and an fp32 adapter, the engine's
 LoRA slots and buffers as vLLM 0.32 allocates them, and the bytes of a publish (the adapter
 only). Pure functions over sizing.py's `ModelShape` and `TrainerLayout` (sizing.py calls them:
@@ -15,8 +15,8 @@ import dataclasses
 from scalerl.planning.units import BYTES
 
 FROZEN_BYTES = 2
-"""Bytes per frozen base parameter on a LoRA trainer GPU: bf16 (issue #33: the frozen base in
-bf16 on GPU, the adapter and its optimizer state in fp32)."""
+"""Bytes per frozen base parameter on a LoRA trainer GPU: bf16 (trainer/lora.py keeps the frozen
+base in `policy.dtype`, bf16 on GPU, and the adapter and its optimizer state in fp32)."""
 ADAPTER_STATE_BYTES = {"adapter": 4, "gradients": 4, "optimizer": 8}
 """Bytes per adapter parameter: its fp32 weight, fp32 gradient and AdamW's two fp32 moments."""
 VLLM_LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
